@@ -1,0 +1,254 @@
+"""Checkpoints that make a killed run continue as if nothing happened.
+
+A weights-only checkpoint gives a run amnesia: AdamW's moments restart at zero,
+the lr schedule starts over, the data order and RNG streams replay. The full
+state is ``training_state(...)``: model, optimizer, scheduler, GradScaler, EMA,
+epoch, global step, position inside the epoch, all RNG states, the run config
+and the best metric.
+
+``CheckpointManager`` makes the files safe:
+- atomic writes: temp file in the same folder, fsync, ``os.replace``; a SHA-256
+  checksum beside each file. A half-written or bit-flipped newest file is detected
+  on load and the next valid one is used, with a warning;
+- retention: the last ``keep_last`` (2) plus ``best.pt``; the file a run resumed
+  from is never deleted;
+- saves every ``every_steps`` steps and/or every ``every_seconds`` of wall time;
+- loads with ``torch.load(weights_only=True)``: nothing needs arbitrary unpickling.
+
+``StopSignal`` turns SIGTERM / Ctrl-C into a flag the loop checks at a step
+boundary, so the run saves and exits cleanly.
+
+Example::
+
+    manager = CheckpointManager(out / "checkpoints", every_steps=500, every_seconds=3600)
+    found = manager.load_latest()
+    if found:
+        meta = restore_training_state(found, model=model, optimizer=opt, scheduler=sched)
+    ...
+    if manager.should_save(step):
+        manager.save(training_state(model=model, optimizer=opt, scheduler=sched, epoch=e, step=step,
+                                    batch_in_epoch=b), step)
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import signal
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from course_utils.repro import rng_state, set_rng_state
+
+_STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file whose checksum is missing or does not match, or that cannot be loaded."""
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def save_verified(state: dict[str, Any], path: Path) -> str:
+    """``torch.save`` to bytes, write atomically, write ``<path>.sha256`` beside it. Returns the digest."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest()
+    atomic_write_bytes(path, payload)
+    atomic_write_bytes(path.with_name(path.name + ".sha256"), f"{digest}  {path.name}\n".encode())
+    return digest
+
+
+def load_verified(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Check the SHA-256 sidecar, then ``torch.load(weights_only=True)``; raise CorruptCheckpointError."""
+    path = Path(path)
+    sidecar = path.with_name(path.name + ".sha256")
+    try:
+        payload = path.read_bytes()
+        expected = sidecar.read_text().split()[0]
+    except (OSError, IndexError) as exc:
+        raise CorruptCheckpointError(f"{path.name}: 文件或校验和缺失 ({exc})") from exc
+    actual = hashlib.sha256(payload).hexdigest()
+    if actual != expected:
+        raise CorruptCheckpointError(f"{path.name}: 校验和不符(文件损坏或只写了一半)")
+    try:
+        return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise CorruptCheckpointError(f"{path.name}: 无法加载 ({type(exc).__name__}: {exc})") from exc
+
+
+class CheckpointManager:
+    """Rotating, checksummed checkpoints in one folder: ``step_<N>.pt`` files plus ``best.pt``."""
+
+    def __init__(self, directory: str | os.PathLike, keep_last: int = 2, keep_best: bool = True,
+                 every_steps: int | None = None, every_seconds: float | None = None, mode: str = "max") -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last 至少为 1,实际是 {keep_last}")
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode 只能是 'max' 或 'min',实际是 {mode!r}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep_last, self.keep_best, self.mode = keep_last, keep_best, mode
+        self.every_steps, self.every_seconds = every_steps, every_seconds
+        self.best_metric: float | None = None
+        self.protected: Path | None = None
+        self._last_save_time = time.monotonic()
+
+    def checkpoints(self) -> list[Path]:
+        """``step_<N>.pt`` files, oldest first."""
+        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := _STEP_FILE.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def should_save(self, step: int) -> bool:
+        """True every ``every_steps`` steps, or once ``every_seconds`` have passed since the last save."""
+        if self.every_steps and step % self.every_steps == 0:
+            return True
+        return bool(self.every_seconds) and time.monotonic() - self._last_save_time >= self.every_seconds
+
+    def is_better(self, metric: float) -> bool:
+        if self.best_metric is None:
+            return True
+        return metric > self.best_metric if self.mode == "max" else metric < self.best_metric
+
+    def save(self, state: dict[str, Any], step: int, metric: float | None = None) -> Path:
+        """Save ``state`` as ``step_<step>.pt``; also as ``best.pt`` if ``metric`` improved; prune old files."""
+        improved = metric is not None and self.keep_best and self.is_better(metric)
+        if improved:
+            self.best_metric = float(metric)
+        state = {**state, "best_metric": self.best_metric}
+        path = self.directory / f"step_{step:08d}.pt"
+        save_verified(state, path)
+        if improved:
+            save_verified(state, self.directory / "best.pt")
+        self._prune()
+        self._last_save_time = time.monotonic()
+        return path
+
+    def _prune(self) -> None:
+        for old in self.checkpoints()[:-self.keep_last]:
+            if self.protected is not None and old.resolve() == self.protected.resolve():
+                continue
+            old.unlink(missing_ok=True)
+            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+
+    def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+        """The newest checkpoint that passes its checksum, or None. Skipped files are warned about.
+
+        The file loaded becomes protected: pruning never deletes it.
+        """
+        for path in reversed(self.checkpoints()):
+            try:
+                state = load_verified(path, map_location)
+            except CorruptCheckpointError as exc:
+                warnings.warn(f"跳过损坏的检查点 {exc};尝试更早的一个", stacklevel=2)
+                continue
+            self.protected = path
+            self.best_metric = state.get("best_metric")
+            state["_path"] = str(path)
+            return state
+        return None
+
+
+def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, step: int,
+                   batch_in_epoch: int = 0, scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
+                   ema: Any = None, config: dict | None = None, extra: dict | None = None) -> dict[str, Any]:
+    """Everything needed to continue exactly: the chapter's five elements and the rest."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "ema": ema.state_dict() if ema is not None else None,
+        "epoch": epoch,
+        "step": step,
+        "batch_in_epoch": batch_in_epoch,
+        "rng": rng_state(),
+        "config": config or {},
+        "extra": extra or {},
+    }
+
+
+def check_model_compatible(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Raise a clear error naming every missing, unexpected or reshaped tensor."""
+    current = model.state_dict()
+    problems = [f"{k}: 检查点 {tuple(saved[k].shape)} ≠ 当前 {tuple(v.shape)}"
+                for k, v in current.items() if k in saved and saved[k].shape != v.shape]
+    problems += [f"{k}: 当前模型有,检查点没有" for k in current if k not in saved]
+    problems += [f"{k}: 检查点有,当前模型没有" for k in saved if k not in current]
+    if problems:
+        shown = "\n  ".join(problems[:8]) + ("\n  ..." if len(problems) > 8 else "")
+        raise ValueError(f"检查点与当前模型结构不一致(是否改了模型宽度/层数的配置?):\n  {shown}")
+
+
+def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer: torch.optim.Optimizer,
+                           scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
+                           ema: Any = None, restore_rng: bool = True) -> dict[str, Any]:
+    """Load ``training_state`` output back into live objects; return epoch/step/position/extra.
+
+    Restore order matters: RNG state last, after everything that might draw from it.
+    """
+    check_model_compatible(model, state["model"])
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and scaler.is_enabled():
+        if not state.get("scaler"):
+            raise ValueError("检查点没有 GradScaler 状态(它是 bf16/fp32 训练的),不能以 fp16 续训;请用原来的 --amp 设置")
+        scaler.load_state_dict(state["scaler"])
+    if ema is not None:
+        if state.get("ema") is None:
+            raise ValueError("检查点里没有 EMA 权重,但当前配置启用了 EMA")
+        ema.load_state_dict(state["ema"])
+    if restore_rng:
+        set_rng_state(state["rng"])
+    return {k: state.get(k) for k in ("epoch", "step", "batch_in_epoch", "best_metric", "extra", "config")}
+
+
+class StopSignal:
+    """Context manager: SIGTERM and SIGINT set ``requested`` instead of killing the process.
+
+    The training loop checks ``requested`` after each optimizer step, saves a checkpoint
+    and exits. A second Ctrl-C while waiting restores the default behaviour (hard stop).
+    """
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> "StopSignal":
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

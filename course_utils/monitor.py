@@ -1,0 +1,275 @@
+"""Monitoring: what to watch while a run trains, written where you can read it later.
+
+Per optimizer step: loss (raw and smoothed), the pre-clip grad norm and whether
+clipping fired, lr, peak memory, samples/s. Eval records carry ``"split": "val"``.
+Backends: JSONL (always), TensorBoard, wandb (offline when no account is set up).
+
+Pitfalls handled:
+- ``.item()`` every step forces a GPU sync. Values stay on the device and are read
+  back once every ``flush_every`` steps (one sync), then written as one record per step.
+- samples/s is measured per flush window, with eval/checkpoint time excluded via
+  ``with monitor.paused():`` and the first (warm-up) step left out.
+- A loss spike or grad-norm surge prints a console alert (and a wandb alert).
+- On resume, records after the resumed step are dropped so the file holds exactly
+  one record per step.
+
+Example::
+
+    mon = Monitor(out_dir, loggers=("jsonl", "tensorboard"), total_steps=1000)
+    for step in ...:
+        mon.log_step(step, epoch, loss, clip.norm, clip.clipped, lr, batch_size)
+    with mon.paused():
+        mon.log_eval(step, epoch, acc=0.71)
+    mon.close()
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import torch
+
+LOGGERS = ("jsonl", "tensorboard", "wandb")
+
+
+class SpikeDetector:
+    """Flags a value far above the recent median: robust to ordinary noise, loud on spikes.
+
+    A value is a spike when it is not finite, or when, after ``warmup`` values, it exceeds
+    both ``median + threshold * 1.4826 * MAD`` and ``min_ratio * median`` of the last
+    ``window`` values.
+    """
+
+    def __init__(self, window: int = 50, threshold: float = 6.0, min_ratio: float = 1.5, warmup: int = 20) -> None:
+        self.window, self.threshold, self.min_ratio, self.warmup = window, threshold, min_ratio, warmup
+        self.history: deque[float] = deque(maxlen=window)
+
+    def update(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return True
+        spike = False
+        if len(self.history) >= self.warmup:
+            med = statistics.median(self.history)
+            mad = statistics.median(abs(v - med) for v in self.history)
+            spike = value > med + self.threshold * 1.4826 * mad and value > self.min_ratio * med
+        self.history.append(value)
+        return spike
+
+    def state_dict(self) -> dict:
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = deque(state["history"], maxlen=self.window)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory so far: the CUDA allocator's peak on GPU, the process's peak RSS on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
+    except ImportError:  # Windows
+        import psutil
+        return psutil.Process().memory_info().peak_wset / 2**20
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All complete JSON records of a ``metrics.jsonl`` (a torn last line is ignored)."""
+    records = []
+    p = Path(path)
+    if not p.exists():
+        return records
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+class Monitor:
+    """Collects per-step metrics on the device and writes them every ``flush_every`` steps."""
+
+    def __init__(self, out_dir: str | os.PathLike, loggers: Iterable[str] = ("jsonl",), *, flush_every: int = 20,
+                 smoothing: float = 0.98, device: torch.device | str = "cpu", total_steps: int | None = None,
+                 resume_step: int | None = None, config: dict | None = None, progress: bool = True,
+                 project: str = "course-0.4") -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.loggers = tuple(dict.fromkeys(["jsonl", *loggers]))
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown:
+            raise ValueError(f"未知的 logger {unknown};可选: {', '.join(LOGGERS)}")
+        self.flush_every, self.smoothing = flush_every, smoothing
+        self.device = torch.device(device)
+        self.smooth: float | None = None
+        self.smooth_n = 0
+        self.loss_alarm, self.grad_alarm = SpikeDetector(), SpikeDetector()
+        self.alerts: list[dict[str, Any]] = []
+        self._pending: list[tuple] = []
+        self._window_start: float | None = None
+        self._window_samples = 0
+        self._paused = 0.0
+        self.path = self.out / "metrics.jsonl"
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        elif self.path.exists():
+            self.path.unlink()
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb = self._wandb = None
+        if "tensorboard" in self.loggers:
+            from torch.utils.tensorboard import SummaryWriter
+            self._tb = SummaryWriter(str(self.out / "tensorboard"),
+                                     purge_step=None if resume_step is None else resume_step + 1)
+        if "wandb" in self.loggers:
+            self._wandb = _start_wandb(self.out, project, config or {})
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            self._bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True)
+
+    def _truncate_after(self, step: int) -> None:
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def log_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor,
+                 clipped: torch.Tensor | bool, lr: float, batch_size: int, skipped: bool = False) -> None:
+        """Record one optimizer step. Tensors stay on the device until the next flush."""
+        now = time.perf_counter()
+        if self._window_start is None:       # first step after (re)start: warm-up, not timed
+            self._window_start, self._paused = now, 0.0
+        else:
+            self._window_samples += batch_size
+        as_t = lambda v: v.detach().float().reshape(()) if torch.is_tensor(v) else torch.tensor(float(v))  # noqa: E731
+        self._pending.append((step, epoch, as_t(loss), as_t(grad_norm), as_t(clipped), float(lr), skipped))
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Read pending values back (one sync), write one record per step, check alarms."""
+        if not self._pending:
+            return []
+        values = torch.stack([torch.stack([p[2].cpu(), p[3].cpu(), p[4].cpu()]) for p in self._pending]).tolist()
+        now = time.perf_counter()
+        elapsed = now - (self._window_start or now) - self._paused
+        sps = self._window_samples / elapsed if elapsed > 0 and self._window_samples else None
+        self._window_start, self._window_samples, self._paused = now, 0, 0.0
+        mem = peak_memory_mb(self.device)
+        records = []
+        for (step, epoch, _, _, _, lr, skipped), (loss, gnorm, clipped) in zip(self._pending, values):
+            if math.isfinite(loss) and not skipped:
+                self.smooth_n += 1
+                self.smooth = loss if self.smooth is None else self.smoothing * self.smooth + (1 - self.smoothing) * loss
+            record = {"split": "train", "step": step, "epoch": epoch, "loss": loss, "loss_smooth": self.smooth,
+                      "grad_norm": gnorm, "clipped": bool(clipped), "lr": lr, "samples_per_sec": sps,
+                      "mem_peak_mb": mem, "skipped": skipped}
+            if self.loss_alarm.update(loss):
+                self.alert("loss spike", f"step {step}: loss {loss:.4g},近期中位数 "
+                           f"{statistics.median(self.loss_alarm.history):.4g}", step)
+            if self.grad_alarm.update(gnorm):
+                self.alert("grad-norm surge", f"step {step}: 裁剪前 grad norm {gnorm:.4g},近期中位数 "
+                           f"{statistics.median(self.grad_alarm.history):.4g}", step)
+            records.append(record)
+            self._write(record)
+        self._file.flush()
+        self._pending.clear()
+        if self._bar is not None:
+            last = records[-1]
+            self._bar.set_postfix(loss=f"{last['loss']:.3f}", smooth=f"{(self.smooth or float('nan')):.3f}",
+                                  gnorm=f"{last['grad_norm']:.2f}", lr=f"{last['lr']:.2e}",
+                                  sps=f"{sps:.0f}" if sps else "-", refresh=False)
+            self._bar.update(len(records))
+        return records
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        step, prefix = record["step"], record["split"]
+        scalars = {k: v for k, v in record.items()
+                   if k not in ("split", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(f"{prefix}/{key}", value, step)
+        if self._wandb is not None:
+            self._wandb.log({f"{prefix}/{k}": v for k, v in scalars.items()}, step=step)
+
+    def log_eval(self, step: int, epoch: int, **metrics: float) -> dict[str, Any]:
+        """Write an eval record (``"split": "val"``) right away."""
+        self.flush()
+        record = {"split": "val", "step": step, "epoch": epoch, **{k: float(v) for k, v in metrics.items()}}
+        self._write(record)
+        self._file.flush()
+        if self._bar is not None:
+            self._bar.write("eval @ step {}: {}".format(step, ", ".join(f"{k}={v:.4f}" for k, v in metrics.items())))
+        return record
+
+    def alert(self, title: str, text: str, step: int | None = None) -> None:
+        """A loud console line, remembered in ``alerts``, and a wandb alert when wandb is on."""
+        self.alerts.append({"title": title, "text": text, "step": step})
+        message = f"⚠️  [ALERT] {title}: {text}"
+        (self._bar.write if self._bar is not None else print)(message)
+        if self._wandb is not None:
+            with contextlib.suppress(Exception):
+                self._wandb.alert(title=title, text=text)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Exclude the time spent inside (eval, checkpointing) from samples/s."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - start
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"smooth": self.smooth, "smooth_n": self.smooth_n,
+                "loss_alarm": self.loss_alarm.state_dict(), "grad_alarm": self.grad_alarm.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.smooth, self.smooth_n = state["smooth"], state["smooth_n"]
+        self.loss_alarm.load_state_dict(state["loss_alarm"])
+        self.grad_alarm.load_state_dict(state["grad_alarm"])
+
+    def close(self) -> None:
+        self.flush()
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._bar is not None:
+            self._bar.close()
+
+
+def wandb_mode() -> str:
+    """"online" when an API key or a login is configured, else "offline" (logs stay on disk)."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    netrc = Path.home() / ".netrc"
+    logged_in = netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+    return "online" if os.environ.get("WANDB_API_KEY") or logged_in else "offline"
+
+
+def _start_wandb(out: Path, project: str, config: dict) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        print("wandb 未安装,跳过 wandb 记录(pip install wandb)")
+        return None
+    id_file = out / "wandb_run_id.txt"
+    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    id_file.write_text(run_id)
+    mode = wandb_mode()
+    run = wandb.init(project=project, dir=str(out), id=run_id, resume="allow", mode=mode, config=config)
+    print(f"wandb: {mode} 模式" + (",日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
+    return run

@@ -1,0 +1,125 @@
+"""Generate the learner notebooks in ``notebooks/`` from the solved ones in ``solutions/``.
+
+``solutions/NN_*.ipynb`` are the single source. In a learner copy:
+- every block between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes
+  ``raise NotImplementedError("<hint>")``; the hint is any text after
+  ``### BEGIN SOLUTION`` on its line (a default hint otherwise);
+- cells tagged ``solution-only`` are dropped;
+- outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept.
+
+    python -m course_utils.release            # regenerate notebooks/
+    python -m course_utils.release --check    # exit 1 if notebooks/ is stale
+    python -m course_utils.release --execute  # re-run solutions/ in place first (COURSE_FAST=1)
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+DEFAULT_HINT = "练习: 请在这里写出你的实现,然后删除这一行"
+_BEGIN_RE = re.compile(r"^(\s*)### BEGIN SOLUTION\s*(.*)$")
+
+
+def strip_solutions(source: str) -> str:
+    """Replace each BEGIN/END SOLUTION block with an indented ``raise NotImplementedError``."""
+    out, inside = [], False
+    for line in source.splitlines():
+        match = _BEGIN_RE.match(line)
+        if match and not inside:
+            indent, hint = match.group(1), match.group(2).strip() or DEFAULT_HINT
+            out.append(f"{indent}raise NotImplementedError({hint!r})")
+            inside = True
+        elif line.strip() == END and inside:
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"缺少 {END}")
+    return "\n".join(out)
+
+
+def learner_notebook(solved: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(solved)
+    cells = []
+    for cell in nb.cells:
+        if "solution-only" in cell.get("metadata", {}).get("tags", []):
+            continue
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.source = strip_solutions(cell.source)
+            cell.outputs, cell.execution_count = [], None
+        cells.append(cell)
+    nb.cells = cells
+    nb.metadata.pop("widgets", None)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    return nb
+
+
+def solution_paths() -> list[Path]:
+    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def render(path: Path) -> str:
+    return nbformat.writes(learner_notebook(nbformat.read(path, as_version=4))) + "\n"
+
+
+def execute(path: Path, timeout: int = 300) -> float:
+    """Re-run a solution notebook in place with ``COURSE_FAST=1``; returns seconds taken."""
+    from nbclient import NotebookClient
+
+    os.environ.setdefault("COURSE_FAST", "1")
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    nbformat.write(nb, path)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="exit 1 when notebooks/ is out of date")
+    p.add_argument("--execute", action="store_true", help="re-run the solution notebooks first")
+    p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 01 02")
+    args = p.parse_args(argv)
+    paths = [s for s in solution_paths() if not args.only or any(s.name.startswith(o) for o in args.only)]
+    stale = []
+    for src in paths:
+        if args.execute:
+            print(f"executing {src.name} ...", flush=True)
+            print(f"  {execute(src):.1f} s")
+        target = NOTEBOOKS / src.name
+        text = render(src)
+        if args.check:
+            if not target.exists() or target.read_text(encoding="utf-8") != text:
+                stale.append(target.name)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target.relative_to(ROOT)}")
+    if args.check and args.only is None:
+        expected = {s.name for s in paths}
+        stale += [p.name + " (no source in solutions/)" for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
+                  if p.name not in expected]
+    if stale:
+        print("notebooks/ 已过期,请运行 python -m course_utils.release:\n  " + "\n  ".join(stale))
+        return 1
+    if args.check:
+        print(f"notebooks/ 与 solutions/ 一致 ({len(paths)} 个)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

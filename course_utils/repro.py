@@ -1,0 +1,120 @@
+"""Reproducibility: seed every RNG, switch on determinism, capture RNG state, dump the run config.
+
+Pitfalls this module handles:
+- Four generators, not one: python ``random``, numpy's global RNG, torch CPU and every
+  CUDA device. Missing one (say numpy, used by an augmentation) makes two "identical"
+  runs differ.
+- ``np.random.get_state()`` is not loadable with ``torch.load(weights_only=True)``;
+  ``rng_state()`` stores it as a tensor.
+- cuDNN's ``deterministic`` flag is ignored while ``benchmark=True``, and
+  ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call.
+
+Example::
+
+    set_seed(0)
+    state = rng_state()       # put it into the checkpoint
+    set_rng_state(state)      # on resume: every generator continues where it was
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def set_seed(seed: int) -> None:
+    """Seed python ``random``, numpy, torch (CPU) and all CUDA devices."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)           # also seeds every CUDA device
+    torch.cuda.manual_seed_all(seed)  # explicit, and harmless without a GPU
+
+
+def set_deterministic(enabled: bool = True) -> None:
+    """Ask torch for deterministic kernels (slower on GPU; raises on ops that have none).
+
+    Sets ``CUBLAS_WORKSPACE_CONFIG`` (needed by cuBLAS; effective only before the first
+    cuBLAS call), the cuDNN flags (``benchmark`` off, or ``deterministic`` is ignored)
+    and ``torch.use_deterministic_algorithms``.
+    """
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = not enabled
+    torch.backends.cudnn.deterministic = enabled
+    torch.use_deterministic_algorithms(enabled, warn_only=False)
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of all four generators, in a form ``torch.load(weights_only=True)`` accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` captured. Raises if the CUDA device count differs."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda") or []
+    if cuda:
+        if len(cuda) != torch.cuda.device_count():
+            raise RuntimeError(f"检查点保存了 {len(cuda)} 个 CUDA 设备的随机状态,当前有 {torch.cuda.device_count()} 个")
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def git_commit(path: str | os.PathLike = ".") -> tuple[str, bool | str]:
+    """``(commit hash, dirty)`` of the git work tree holding ``path``; ``("unknown", "unknown")`` outside git."""
+    try:
+        run = lambda *args: subprocess.run(["git", *args], cwd=path, capture_output=True, text=True,  # noqa: E731
+                                           timeout=10, check=True).stdout.strip()
+        commit = run("rev-parse", "HEAD")
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", "unknown"
+
+
+def run_config(hparams: dict[str, Any], device: torch.device | str | None = None,
+               repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Every hyperparameter plus what is needed to trace the run three months later."""
+    commit, dirty = git_commit(repo if repo is not None else Path.cwd())
+    return {
+        "hparams": {k: (str(v) if isinstance(v, Path) else v) for k, v in hparams.items()},
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "device": str(device) if device is not None else None,
+        "python": platform.python_version(),
+        "command": " ".join([sys.executable, *sys.argv]),
+        "started_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def dump_run_config(out_dir: str | os.PathLike, hparams: dict[str, Any], device: torch.device | str | None = None,
+                    repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Write ``run_config(...)`` to ``out_dir/config.json`` and return it."""
+    config = run_config(hparams, device, repo)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "config.json.tmp"
+    tmp.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out / "config.json")
+    return config
