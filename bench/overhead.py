@@ -1,0 +1,332 @@
+"""Overhead of the professional training loop against a bare loop (same model, data, steps).
+
+(a) bare:  forward, cross-entropy, zero_grad, backward, AdamW step.
+(b) pro:   the loop of solutions/homework/train_cifar_pro.py: LR schedule, clip_gradients
+           (global norm 1.0, pre-clip norm kept on the device), the NaN-skip check,
+           EMA(0.999, warm-up), Monitor(loggers=("jsonl", "tensorboard"), progress=False,
+           flush_every=20) and a full CheckpointManager save every 200 steps.
+
+Both arms read the same pre-generated in-memory batches, start from the same initial
+weights and live in one process; their steps alternate one by one (a-b, b-a, a-b, ...) so
+that the noise of a shared machine hits both alike. One repeat = ``--steps`` timed
+optimizer steps per arm; the pro/bare throughput ratio is taken per repeat, and the
+verdict uses the median over repeats.
+
+Checkpoint cost: the pro arm saves a full training state (model, AdamW, scheduler, EMA,
+RNG, monitor state) every ``--ckpt-every`` steps of its own step count and once more at
+the end of each repeat without one; every save is timed on its own and charged pro rata
+(``median save seconds * steps / ckpt_every``), which is what a save every N steps costs
+per step, whatever the repeat length.
+
+Threads: ``--threads 1`` by default (see its help); use ``--threads 0`` for torch's
+default on a quiet machine. Fewer threads make each step slower, so a fixed per-step
+overhead is a smaller fraction; the profile table shows the absolute ms per part.
+
+Exit status 1 when the median (over repeats) slowdown exceeds ``--max-overhead`` (3%).
+
+    python bench/overhead.py                    # auto-sized to ~2-3 minutes
+    python bench/overhead.py --steps 200 --repeats 5 --batch-size 128
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import format_table, header, machine_info, spread, write_json  # noqa: E402
+
+from course_utils.amp import autocast, make_grad_scaler  # noqa: E402
+from course_utils.checkpoint import CheckpointManager, training_state  # noqa: E402
+from course_utils.clipping import clip_gradients  # noqa: E402
+from course_utils.data import MEAN, STD, synthetic_cifar10  # noqa: E402
+from course_utils.ema import EMA  # noqa: E402
+from course_utils.models import build_model, count_parameters  # noqa: E402
+from course_utils.monitor import Monitor  # noqa: E402
+from course_utils.schedule import make_scheduler  # noqa: E402
+
+
+@dataclass
+class Setup:
+    model_name: str = "small"
+    width: int = 32
+    batch_size: int = 128
+    n_batches: int = 8
+    lr: float = 2e-3
+    weight_decay: float = 5e-4
+    clip: float = 1.0
+    ema_decay: float = 0.999
+    log_every: int = 20
+    ckpt_every: int = 200
+    loggers: tuple = ("jsonl", "tensorboard")
+    seed: int = 0
+
+
+def make_batches(setup: Setup, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n_batches`` normalised CIFAR-shaped batches, generated once and kept in memory."""
+    n = setup.batch_size * setup.n_batches
+    images, labels = synthetic_cifar10(n, seed=1)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255)
+    x = (x - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+    y = torch.tensor(labels)
+    return [(x[i:i + setup.batch_size].contiguous().to(device), y[i:i + setup.batch_size].to(device))
+            for i in range(0, n, setup.batch_size)]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class BareArm:
+    """The bare loop, one optimizer step per ``step()`` call."""
+
+    def __init__(self, init: torch.nn.Module, batches, setup: Setup, device: torch.device) -> None:
+        self.model = copy.deepcopy(init).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=setup.lr, weight_decay=setup.weight_decay)
+        self.batches, self.device, self.i = batches, device, 0
+
+    def step(self) -> float:
+        """Seconds for one step."""
+        _sync(self.device)
+        start = time.perf_counter()
+        x, y = self.batches[self.i % len(self.batches)]
+        loss = F.cross_entropy(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        _sync(self.device)
+        self.i += 1
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        pass
+
+
+class ProArm:
+    """The professional loop of train_cifar_pro.py, one optimizer step per ``step()`` call.
+
+    ``step()`` returns the step's seconds without any checkpoint save; save times are
+    collected in ``save_times`` (in-loop saves every ``ckpt_every`` steps, plus explicit
+    ``save()`` calls). ``timers`` accumulates the seconds of each part of the step
+    (meaningful on CPU; on a GPU the parts would each need a sync to be attributed).
+    """
+
+    def __init__(self, init: torch.nn.Module, batches, setup: Setup, device: torch.device, workdir: Path,
+                 total_steps: int = 1000, profile: bool = False) -> None:
+        self.model = copy.deepcopy(init).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=setup.lr, weight_decay=setup.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, 50, max(total_steps, 100))
+        self.amp_dtype = None  # fp32: the AMP comparison lives in bench/amp.py
+        self.scaler = make_grad_scaler(device, self.amp_dtype)
+        self.ema = EMA(self.model, decay=setup.ema_decay, warmup=True) if setup.ema_decay > 0 else None
+        self.manager = CheckpointManager(workdir / "checkpoints", keep_last=2, every_steps=setup.ckpt_every,
+                                         every_seconds=3600.0)
+        self.monitor = Monitor(workdir, setup.loggers, flush_every=setup.log_every, device=device,
+                               total_steps=total_steps, config={"bench": "overhead"}, progress=False)
+        self.setup, self.batches, self.device = setup, batches, device
+        self.step_count = 0
+        self.save_times: list[float] = []
+        self.profile = profile
+        self.timers: dict[str, float] = {}
+
+    def _tick(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        if self.profile:
+            self.timers[name] = self.timers.get(name, 0.0) + now - since
+        return now
+
+    def save(self) -> float:
+        """One full checkpoint, as the script's ``save()``: flush the monitor, then save."""
+        _sync(self.device)
+        start = time.perf_counter()
+        m = self
+        with m.monitor.paused():
+            m.monitor.flush()
+            m.manager.save(training_state(model=m.model, optimizer=m.optimizer, scheduler=m.scheduler,
+                                          scaler=m.scaler, ema=m.ema, epoch=0, step=m.step_count,
+                                          batch_in_epoch=m.step_count, config={"bench": "overhead"},
+                                          extra={"monitor": m.monitor.state_dict()}), m.step_count)
+        _sync(self.device)
+        seconds = time.perf_counter() - start
+        self.save_times.append(seconds)
+        return seconds
+
+    def step(self) -> float:
+        """Seconds for one step, excluding a checkpoint save if one fell on this step."""
+        setup, model, optimizer, scaler, tick = self.setup, self.model, self.optimizer, self.scaler, self._tick
+        _sync(self.device)
+        start = t0 = time.perf_counter()
+        x, y = self.batches[self.step_count % len(self.batches)]
+        with autocast(self.device, self.amp_dtype):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)  # loss in fp32
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        t0 = tick("forward+backward", t0)
+        clip = clip_gradients(model.parameters(), setup.clip, scaler=scaler, optimizer=optimizer)
+        lr = optimizer.param_groups[0]["lr"]
+        t0 = tick("clip", t0)
+        skipped = not clip.is_finite()  # the script's bf16/fp32 NaN guard: one host read per step
+        t0 = tick("isfinite check", t0)
+        if not skipped:
+            optimizer.step()
+            self.scheduler.step()
+            t0 = tick("optimizer+scheduler", t0)
+            if self.ema is not None:
+                self.ema.update(model)
+                t0 = tick("ema", t0)
+        self.step_count += 1
+        self.monitor.log_step(self.step_count, 0, loss, clip.norm, clip.clipped, lr, len(y), skipped=skipped)
+        t0 = tick("monitor", t0)
+        saved = 0.0
+        if self.manager.should_save(self.step_count):
+            saved = self.save()
+        _sync(self.device)
+        return time.perf_counter() - start - saved
+
+    def close(self) -> None:
+        self.monitor.close()
+
+
+def measure(setup: Setup, steps: int, repeats: int, device: torch.device, warmup: int = 3,
+            budget_s: float | None = None, log=print) -> dict:
+    """Alternate one bare and one pro step (order flipped every pair) for ``steps`` steps per arm
+    and repeat; one explicit checkpoint save per repeat feeds the pro-rata checkpoint charge."""
+    torch.manual_seed(setup.seed)
+    init = build_model(setup.model_name, width=setup.width).to(device)
+    batches = make_batches(setup, device)
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
+        tmp = Path(tmp)
+        bare = BareArm(init, batches, setup, device)
+        warm = [bare.step() for _ in range(warmup)]  # allocator, kernels: not timed
+        if not steps:  # auto: fit ~budget_s of timed work (2 arms x repeats)
+            per_step = min(warm)
+            steps = int(budget_s / (2 * repeats * per_step * 1.1)) if budget_s else 40
+            steps = max(setup.log_every, min(setup.ckpt_every, steps // setup.log_every * setup.log_every))
+            log(f"auto: {per_step * 1000:.0f} ms/step in warm-up -> {steps} steps per arm and repeat")
+        pro = ProArm(init, batches, setup, device, tmp / "pro", total_steps=steps * repeats + warmup, profile=True)
+        for _ in range(warmup):
+            pro.step()
+        pro.timers.clear()
+        samples = steps * setup.batch_size
+        rows = []
+        for r in range(repeats):
+            t_bare = t_pro = 0.0
+            in_loop_saves = len(pro.save_times)
+            for i in range(steps):
+                if (i + r) % 2 == 0:
+                    t_bare += bare.step()
+                    t_pro += pro.step()
+                else:
+                    t_pro += pro.step()
+                    t_bare += bare.step()
+            in_loop_saves = len(pro.save_times) - in_loop_saves
+            if not in_loop_saves:
+                pro.save()  # measured once per repeat, charged pro rata below
+            save_s = pro.save_times[-1]
+            t_pro_eff = t_pro + save_s * steps / setup.ckpt_every
+            res = {"bare_s": t_bare, "pro_loop_s": t_pro, "save_s": save_s, "pro_s": t_pro_eff,
+                   "bare_sps": samples / t_bare, "pro_sps": samples / t_pro_eff}
+            res["ratio"] = res["pro_sps"] / res["bare_sps"]
+            rows.append(res)
+            log(f"repeat {r + 1}/{repeats}: bare {res['bare_sps']:.1f} samples/s, pro {res['pro_sps']:.1f} "
+                f"samples/s, ratio {res['ratio']:.4f}")
+        timers = dict(pro.timers)
+        timers["checkpoint (pro rata)"] = statistics.median(pro.save_times) / setup.ckpt_every * steps * repeats
+        pro.close()
+        bare.close()
+    ratio = spread([r["ratio"] for r in rows])
+    return {
+        "setup": setup.__dict__ | {"loggers": list(setup.loggers)},
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "params": count_parameters(init),
+        "steps_per_repeat": steps,
+        "repeats": repeats,
+        "rows": rows,
+        "bare_sps": spread([r["bare_sps"] for r in rows]),
+        "pro_sps": spread([r["pro_sps"] for r in rows]),
+        "save_s": spread(pro.save_times),
+        "ratio": ratio,
+        "overhead": 1.0 - ratio["median"],
+        "profile_ms_per_step": {k: 1000 * v / (steps * repeats) for k, v in timers.items()},
+    }
+
+
+def report(result: dict, max_overhead: float) -> str:
+    s = result["setup"]
+    ckpt_note = f"full save every {s['ckpt_every']} steps, its measured time charged pro rata"
+    lines = [f"model {s['model_name']} (width {s['width']}, {result['params']:,} params), batch {s['batch_size']}, "
+             f"{result['steps_per_repeat']} steps per arm x {result['repeats']} repeats (bare/pro steps alternated), "
+             f"device {result['device']} ({result['torch_threads']} torch threads); pro = clip {s['clip']} + EMA {s['ema_decay']} + Monitor"
+             f"({'+'.join(s['loggers'])}, flush every {s['log_every']}) + checkpoint ({ckpt_note})", ""]
+    rows = []
+    for name, key in (("bare loop", "bare_sps"), ("professional loop", "pro_sps")):
+        v = result[key]
+        rows.append([name, v["median"], v["min"], v["max"]])
+    lines.append(format_table(rows, ["samples/s", "median", "min", "max"]))
+    r = result["ratio"]
+    lines += ["", format_table([["pro / bare throughput", r["median"], r["min"], r["max"], r["q1"], r["q3"]]],
+                               ["ratio (per repeat)", "median", "min", "max", "q1", "q3"])]
+    prof = result["profile_ms_per_step"]
+    total = sum(prof.values())
+    lines += ["", "where the pro loop's time goes (all timed pro steps, ms per step):",
+              format_table([[k, v, 100 * v / total] for k, v in sorted(prof.items(), key=lambda kv: -kv[1])],
+                           ["part", "ms/step", "% of step"])]
+    lines += ["", f"checkpoint save: median {result['save_s']['median'] * 1000:.1f} ms "
+              f"(min {result['save_s']['min'] * 1000:.1f}, max {result['save_s']['max'] * 1000:.1f})",
+              f"overhead (median over repeats): {100 * result['overhead']:.2f}%  "
+              f"(limit {100 * max_overhead:.1f}%) -> {'OK' if result['overhead'] <= max_overhead else 'TOO SLOW'}"]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=0, help="timed steps per arm and repeat (0: auto from --budget)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--budget", type=float, default=130.0, help="seconds of timed work for --steps 0")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--model", choices=["small", "tiny"], default="small")
+    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--ckpt-every", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--max-overhead", type=float, default=0.03, help="allowed median slowdown (0.03 = 3%)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch.set_num_threads (0: torch's default). 1 by default: on a shared 2-core machine "
+                        "two OpenMP threads wait for each other at every op and timings get 10-100x noisier")
+    p.add_argument("--json", default=None, help="output file (default bench/results/overhead.json)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    setup = Setup(model_name=args.model, width=args.width, batch_size=args.batch_size,
+                  ckpt_every=args.ckpt_every, log_every=args.log_every)
+    info = machine_info(device)
+    print(header(info))
+    result = measure(setup, args.steps, args.repeats, device, budget_s=args.budget)
+    text = report(result, args.max_overhead)
+    print()
+    print(text)
+    passed = result["overhead"] <= args.max_overhead
+    path = write_json("overhead", {"machine": info, **result, "max_overhead": args.max_overhead,
+                                   "passed": passed, "table": text}, args.json)
+    print(f"\nJSON: {path}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Checks for 08_time_estimate.ipynb: the training-time formula and its unit trap.
+
+    hours = num_samples * epochs / (batch_size * steps_per_sec * 3600)
+
+The check draws fresh random cases (so a constant, or an answer tuned to the
+chapter's example, cannot pass) and adds the chapter's example read both ways:
+0.5 steps/s (about 4.2 h) and 0.5 samples/s, i.e. 0.125 steps/s at batch 4
+(about 16.7 h). A wrong answer is named when its ratio to the right one gives it
+away: the batch size forgotten, steps/s multiplied instead of divided, seconds
+or minutes instead of hours.
+
+Example (in a check cell)::
+
+    from course_utils.checks.nb08_time_estimate import check_estimate_hours
+    check_estimate_hours(estimate_hours)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from course_utils.checks import call_learner, expect, passed
+
+# Counting whole steps per epoch (ceil or floor) is also right; with at least 20,000
+# samples and batches of at most 256 that changes the result by under 1.3%.
+REL_TOL = 0.02
+
+
+def reference_hours(num_samples: int, epochs: float, batch_size: int, steps_per_sec: float) -> float:
+    """Hours of a run: total optimizer steps divided by measured steps per second."""
+    return num_samples * epochs / (batch_size * steps_per_sec * 3600)
+
+
+def _diagnose(ratio: float, batch_size: int, steps_per_sec: float) -> str:
+    """A hint naming the typical mistake behind ``answer / reference == ratio``."""
+    def near(target: float) -> bool:
+        return target > 0 and abs(math.log(ratio / target)) < 0.03
+
+    if near(batch_size):
+        return f"(大了 batch_size={batch_size} 倍:忘了除以 batch_size,把 步/秒 当成了 样本/秒)"
+    if near(1 / batch_size):
+        return f"(小了 batch_size={batch_size} 倍:多除了一次 batch_size)"
+    if near(steps_per_sec ** 2):
+        return "(像是把 steps_per_sec 乘了上去;总步数应除以 步/秒)"
+    if near(3600):
+        return "(大了 3600 倍:结果是秒,需要换算成小时)"
+    if near(60):
+        return "(大了 60 倍:结果是分钟,需要换算成小时)"
+    return ""
+
+
+def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], float], seed: int | None = None) -> None:
+    """Compare ``estimate_hours(num_samples, epochs, batch_size, steps_per_sec)`` with the formula."""
+    rng = np.random.default_rng(seed)
+    cases = [(10_000, 3, 4, 0.5),     # the chapter's example read as steps/s: ~4.2 h
+             (10_000, 3, 4, 0.125)]   # the same 0.5 read as samples/s (0.5 / 4 steps/s): ~16.7 h
+    for _ in range(6):
+        cases.append((int(rng.integers(20_000, 2_000_000)), int(rng.integers(1, 40)),
+                      int(rng.choice([2, 4, 8, 16, 32, 64, 128, 256])), float(rng.uniform(0.05, 30.0))))
+    rng.shuffle(cases)
+    for num_samples, epochs, batch_size, steps_per_sec in cases:
+        args = f"estimate_hours({num_samples}, {epochs}, {batch_size}, {steps_per_sec:.4g})"
+        got = call_learner(estimate_hours, num_samples, epochs, batch_size, steps_per_sec)
+        try:
+            value = float(got)
+        except (TypeError, ValueError):
+            raise AssertionError(f"期望 {args} 返回一个数(小时);实际是 {type(got).__name__}") from None
+        want = reference_hours(num_samples, epochs, batch_size, steps_per_sec)
+        ok = math.isfinite(value) and math.isclose(value, want, rel_tol=REL_TOL)
+        hint = _diagnose(value / want, batch_size, steps_per_sec) if not ok and value > 0 and math.isfinite(value) else ""
+        expect(ok, f"{args} ≈ {want:.3f} 小时", f"{value:.4g}{hint}")
+    passed(f"estimate_hours 在 {len(cases)} 组随机与章节案例上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")

@@ -1,0 +1,253 @@
+"""Self-test quizzes: ipywidgets where they render, plain text everywhere else.
+
+A :class:`Question` is single choice, multiple choice, a number (with a relative
+tolerance) or a short text answer (keyword groups: every group needs one hit).
+:class:`Quiz` shows the questions three ways:
+
+- ``quiz.show()``: one widget per question (choices or a text box, a 检查 button,
+  feedback, and a 参考答案 button). Where widgets do not render (GitHub, nbconvert,
+  a plain console) the same output carries the plain-text version of the questions.
+- ``quiz.text()``: the questions as plain text.
+- ``quiz.grade(answers)``: grade a dict ``{question id: answer}`` written in a code
+  cell; prints one ✅/❌ line per question without giving the answers away.
+  ``quiz.reveal("q3")`` prints a reference answer.
+
+Widget state is not saved in the notebook, so anything graded automatically (nbval,
+the instructor grader) must go through plain code cells, never the widgets.
+
+Example::
+
+    quiz = Quiz([Question("q1", "bf16 有几位指数?", kind="number", answer=8, explanation="同 fp32")])
+    quiz.show()
+    quiz.grade({"q1": 8})
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+KINDS = ("single", "multi", "number", "text")
+
+
+@dataclass
+class Question:
+    """One question. ``answer``: a letter (single), letters (multi), a float (number); unused for text."""
+
+    id: str
+    prompt: str
+    kind: str = "single"
+    choices: dict[str, str] = field(default_factory=dict)
+    answer: Any = None
+    explanation: str = ""
+    keywords: tuple[tuple[str, ...], ...] = ()
+    tolerance: float = 0.02
+    experiment: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind 只能是 {KINDS},实际是 {self.kind!r}")
+        if self.kind in ("single", "multi"):
+            letters = _letters(self.answer)
+            if not letters or not letters <= set(self.choices):
+                raise ValueError(f"{self.id}: 答案 {self.answer!r} 不在选项 {sorted(self.choices)} 中")
+            if self.kind == "single" and len(letters) != 1:
+                raise ValueError(f"{self.id}: 单选题只能有一个答案")
+        if self.kind == "text" and not self.keywords:
+            raise ValueError(f"{self.id}: 简答题需要 keywords")
+
+
+@dataclass
+class Feedback:
+    correct: bool
+    message: str
+
+
+def _letters(value: Any) -> set[str]:
+    """'AC', 'a, c', ['A', 'C'] -> {'A', 'C'}."""
+    if value is None:
+        return set()
+    if isinstance(value, str):
+        return {ch.upper() for ch in value if ch.isalpha()}
+    return {str(v).strip().upper() for v in value if str(v).strip()}
+
+
+def check(question: Question, response: Any) -> Feedback:
+    """Judge one response; the message never contains the reference answer."""
+    if response is None or (isinstance(response, str) and not response.strip()) or response == []:
+        return Feedback(False, "还没有作答")
+    if question.kind in ("single", "multi"):
+        got, want = _letters(response), _letters(question.answer)
+        unknown = got - set(question.choices)
+        if unknown:
+            return Feedback(False, f"没有选项 {''.join(sorted(unknown))}")
+        if got == want:
+            return Feedback(True, "正确")
+        if question.kind == "single" and len(got) > 1:
+            return Feedback(False, "这是单选题,只选一个")
+        if question.kind == "multi" and got < want:
+            return Feedback(False, "部分正确: 还漏了选项")
+        if question.kind == "multi" and got & want:
+            return Feedback(False, "部分正确: 有选错的选项")
+        return Feedback(False, "不对,再想想(可以先跑下面的实验)")
+    if question.kind == "number":
+        try:
+            value = float(str(response).replace(",", "").strip())
+        except ValueError:
+            return Feedback(False, f"需要一个数字,实际是 {response!r}")
+        want = float(question.answer)
+        if math.isclose(value, want, rel_tol=question.tolerance, abs_tol=1e-12):
+            return Feedback(True, "正确")
+        hint = "偏大" if value > want else "偏小"
+        return Feedback(False, f"{hint}(允许相对误差 {question.tolerance:.0%})")
+    text = str(response).lower()
+    missing = [group for group in question.keywords if not any(k.lower() in text for k in group)]
+    if not missing:
+        return Feedback(True, "要点齐全")
+    return Feedback(False, f"还缺 {len(missing)} 个要点(共 {len(question.keywords)} 个)")
+
+
+def question_text(q: Question, number: int | None = None) -> str:
+    head = f"[{q.id}] " + (f"{number}. " if number is not None else "") + q.prompt
+    lines = [head]
+    lines += [f"    {k}. {v}" for k, v in q.choices.items()]
+    how = {"single": "填一个字母", "multi": "填所有正确的字母,如 \"AC\"", "number": "填一个数字",
+           "text": "用一两句话回答"}[q.kind]
+    lines.append(f"    ({how})")
+    return "\n".join(lines)
+
+
+class Quiz:
+    """A list of questions with widget, text and dict-grading front ends."""
+
+    def __init__(self, questions: Iterable[Question], title: str = "自测题") -> None:
+        self.questions = list(questions)
+        self.title = title
+        ids = [q.id for q in self.questions]
+        if len(set(ids)) != len(ids):
+            raise ValueError("题号重复")
+        self.by_id = {q.id: q for q in self.questions}
+
+    def select(self, ids: Iterable[str] | str | None = None) -> list[Question]:
+        if ids is None:
+            return self.questions
+        if isinstance(ids, str):
+            ids = [ids]
+        return [self.by_id[i] for i in ids]
+
+    # -- plain text -------------------------------------------------------------
+    def text(self, ids: Iterable[str] | str | None = None) -> str:
+        qs = self.select(ids)
+        body = "\n\n".join(question_text(q) for q in qs)
+        template = "answers = {" + ", ".join(f'"{q.id}": ...' for q in qs) + "}"
+        return (f"{self.title}\n\n{body}\n\n纯文本作答: 在代码格子里写\n    {template}\n"
+                f"    quiz.grade(answers)\n参考答案: quiz.reveal(\"{qs[0].id}\")")
+
+    def grade(self, answers: dict[str, Any], verbose: bool = True) -> dict[str, Feedback]:
+        """Grade ``{id: answer}``; unknown ids are reported, missing ones count as unanswered."""
+        unknown = sorted(set(answers) - set(self.by_id))
+        results = {q.id: check(q, answers.get(q.id)) for q in self.questions if q.id in answers}
+        if verbose:
+            for qid, fb in results.items():
+                print(f"{'✅' if fb.correct else '❌'} {qid}: {fb.message}")
+            if unknown:
+                print(f"⚠️ 没有这些题号: {', '.join(unknown)}")
+            right = sum(fb.correct for fb in results.values())
+            print(f"得分 {right}/{len(self.questions)}"
+                  + (f"(未作答 {len(self.questions) - len(results)} 题)" if len(results) < len(self.questions) else ""))
+        return results
+
+    def reveal(self, qid: str) -> str:
+        """Print (and return) the reference answer of one question."""
+        q = self.by_id[qid]
+        answer = {"single": lambda: f"答案 {q.answer}。", "multi": lambda: f"答案 {''.join(sorted(_letters(q.answer)))}。",
+                  "number": lambda: f"答案 ≈ {q.answer:g}。", "text": lambda: ""}[q.kind]()
+        text = f"[{qid}] {answer}{q.explanation}" + (f"\n    动手验证: {q.experiment}" if q.experiment else "")
+        print(text)
+        return text
+
+    # -- widgets ----------------------------------------------------------------
+    def question_widget(self, q: Question, number: int | None = None):
+        """One question as a VBox: prompt, input, 检查 / 参考答案 buttons, feedback line."""
+        import ipywidgets as w
+
+        prompt = w.HTML(f"<b>{number}. </b>" * (number is not None) + html.escape(q.prompt))
+        if q.kind == "single":
+            entry = w.RadioButtons(options=[(f"{k}. {v}", k) for k, v in q.choices.items()], value=None,
+                                   layout=w.Layout(width="auto"))
+            read = lambda: entry.value  # noqa: E731
+        elif q.kind == "multi":
+            boxes = [w.Checkbox(value=False, description=f"{k}. {v}", indent=False,
+                                layout=w.Layout(width="auto")) for k, v in q.choices.items()]
+            entry = w.VBox(boxes)
+            read = lambda: [k for k, b in zip(q.choices, boxes) if b.value]  # noqa: E731
+        else:
+            entry = w.Text(placeholder="数字" if q.kind == "number" else "一两句话")
+            read = lambda: entry.value  # noqa: E731
+        check_button = w.Button(description="检查", button_style="primary")
+        reveal_button = w.Button(description="参考答案")
+        feedback = w.HTML("")
+
+        def on_check(_):
+            fb = check(q, read())
+            color = "green" if fb.correct else "#b00"
+            feedback.value = f"<span style='color:{color}'>{'✅' if fb.correct else '❌'} {html.escape(fb.message)}</span>"
+
+        def on_reveal(_):
+            q_answer = self.reveal_text(q.id)
+            feedback.value = f"<div style='color:#333'>{html.escape(q_answer).replace(chr(10), '<br>')}</div>"
+
+        check_button.on_click(on_check)
+        reveal_button.on_click(on_reveal)
+        box = w.VBox([prompt, entry, w.HBox([check_button, reveal_button]), feedback])
+        box._quiz_parts = {"entry": entry, "check": check_button, "reveal": reveal_button, "feedback": feedback,
+                           "read": read}
+        return box
+
+    def reveal_text(self, qid: str) -> str:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            return self.reveal(qid)
+
+    def widget(self, ids: Iterable[str] | str | None = None):
+        import ipywidgets as w
+
+        qs = self.select(ids)
+        return w.VBox([self.question_widget(q, self.questions.index(q) + 1) for q in qs])
+
+    def show(self, ids: Iterable[str] | str | None = None) -> None:
+        """Display the widgets, with the plain-text questions as the fallback representation."""
+        from IPython.display import display
+
+        try:
+            view = self.widget(ids)
+        except ImportError:
+            print(self.text(ids))
+            return
+        display(_WithTextFallback(view, self.text(ids)), raw=False)
+
+
+class _WithTextFallback:
+    """Displays a widget; front ends that cannot render widgets show ``text`` instead."""
+
+    def __init__(self, widget, text: str) -> None:
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = self.text
+        return bundle
+
+
+def parse_answers(text: str) -> dict[str, str]:
+    """``"q1: B\\nq2=AC"`` -> ``{"q1": "B", "q2": "AC"}`` (for answers pasted as text)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([\w-]+)\s*[:=:]\s*(.+?)\s*$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out

@@ -1,0 +1,344 @@
+"""Unit tests of the training-engineering helpers (repro, amp, clipping, ema, checkpoint, monitor, ...)."""
+import copy
+import json
+import math
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+from course_utils import amp, checkpoint, clipping, debug, estimate, monitor, repro, schedule
+from course_utils.ema import EMA
+from course_utils.models import build_model
+
+
+def draws():
+    return (random.random(), float(np.random.rand()), torch.rand(3).tolist())
+
+
+# ---------------------------------------------------------------- repro
+def test_set_seed_and_rng_state_roundtrip():
+    repro.set_seed(123)
+    first = draws()
+    repro.set_seed(123)
+    assert draws() == first
+    state = repro.rng_state()
+    after = draws()
+    draws()
+    repro.set_rng_state(state)
+    assert draws() == after
+
+
+def test_rng_state_survives_weights_only_load(tmp_path):
+    repro.set_seed(5)
+    np.random.randn()  # leave numpy's cached gaussian in a non-default state
+    path = tmp_path / "rng.pt"
+    torch.save(repro.rng_state(), path)
+    expected = draws()
+    repro.set_seed(99)
+    repro.set_rng_state(torch.load(path, weights_only=True))
+    assert draws() == expected
+
+
+def test_dump_run_config(tmp_path):
+    cfg = repro.dump_run_config(tmp_path, {"lr": 0.1, "out": tmp_path}, "cpu", repo=tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved == cfg and saved["hparams"]["lr"] == 0.1 and saved["hparams"]["out"] == str(tmp_path)
+    assert saved["git_commit"] == "unknown" and saved["git_dirty"] == "unknown"  # not a git repo
+    for key in ("torch", "device", "command", "started_at", "python"):
+        assert saved[key] is not None
+    from tests.notebook_cells import ROOT
+    commit, dirty = repro.git_commit(ROOT)
+    assert len(commit) == 40 and isinstance(dirty, bool)
+
+
+def test_determinism_switch_roundtrip():
+    repro.set_deterministic(True)
+    try:
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark
+    finally:
+        repro.set_deterministic(False)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+# ---------------------------------------------------------------- amp
+def test_amp_choices():
+    cpu = torch.device("cpu")
+    assert amp.autocast_dtype(cpu, "bf16") is torch.bfloat16 and amp.autocast_dtype(cpu, "off") is None
+    assert amp.needs_grad_scaler(torch.float16) and not amp.needs_grad_scaler(torch.bfloat16)
+    assert not amp.make_grad_scaler(cpu, torch.bfloat16).is_enabled()
+    assert amp.make_grad_scaler(cpu, torch.float16).is_enabled()
+    with pytest.raises(ValueError, match="amp"):
+        amp.autocast_dtype(cpu, "fp8")
+    with amp.autocast(cpu, torch.bfloat16):
+        assert (torch.randn(4, 4) @ torch.randn(4, 4)).dtype is torch.bfloat16
+
+
+def test_dtype_table_values():
+    rows = {r["dtype"]: r for r in amp.dtype_table()}
+    assert rows["fp16"]["max"] == 65504.0 and rows["fp16"]["min_subnormal"] == 2.0 ** -24
+    assert rows["bf16"]["exponent"] == rows["fp32"]["exponent"] == 8
+    assert rows["bf16"]["eps"] == 2.0 ** -7 and rows["fp32"]["min_normal"] == torch.finfo(torch.float32).tiny
+    assert "fp16" in amp.format_dtype_table()
+
+
+# ---------------------------------------------------------------- clipping
+def _model_with_grads(scale=10.0, seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    (model(torch.randn(32, 8)).pow(2).sum() * scale).backward()
+    return model
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_clip_equals_torch_and_returns_preclip_norm(max_norm):
+    a, b = _model_with_grads(), _model_with_grads()
+    expected = torch.nn.utils.clip_grad_norm_(b.parameters(), max_norm)
+    result = clipping.clip_gradients(a.parameters(), max_norm)
+    assert torch.equal(result.norm, expected)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+    assert bool(result.clipped) == (expected.item() > max_norm) and result.is_finite()
+    if max_norm < expected:
+        assert math.isclose(clipping.global_grad_norm(a.parameters()).item(), max_norm, rel_tol=1e-4)
+
+
+def test_clip_detects_non_finite_and_measure_only():
+    model = _model_with_grads()
+    before = [p.grad.clone() for p in model.parameters()]
+    result = clipping.clip_gradients(model.parameters(), None)
+    assert not bool(result.clipped) and all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), before))
+    next(model.parameters()).grad[0, 0] = float("inf")
+    assert not clipping.clip_gradients(model.parameters(), 1.0).is_finite()
+
+
+def test_clip_unscales_first_with_scaler():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    x = torch.randn(32, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=True)
+    scaler.scale(model(x).pow(2).sum()).backward()
+    reference(x).pow(2).sum().backward()
+    result = clipping.clip_gradients(model.parameters(), 1.0, scaler=scaler, optimizer=opt)
+    expected = torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
+    assert torch.allclose(result.norm, expected)
+    assert all(torch.allclose(p.grad, q.grad) for p, q in zip(model.parameters(), reference.parameters()))
+    with pytest.raises(ValueError, match="optimizer"):
+        clipping.clip_gradients(model.parameters(), 1.0, scaler=scaler)
+
+
+# ---------------------------------------------------------------- ema
+def _train_steps(model, steps, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        x = torch.randn(4, 3, 32, 32, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        yield
+
+
+def test_ema_equals_averaged_model():
+    torch.manual_seed(0)
+    model = build_model("small", width=4)
+    ours = EMA(model, decay=0.9)
+    theirs = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+    for _ in _train_steps(model, 30):
+        ours.update(model)
+        theirs.update_parameters(model)
+    for p, q in zip(ours.module.parameters(), theirs.module.parameters()):
+        assert torch.equal(p, q)
+    # BN buffers are copied from the live model (as AveragedModel does with use_buffers=False);
+    # averaging them (use_buffers=True) truncates the integer num_batches_tracked
+    bn, ours_bn = model.features[0][1], ours.module.features[0][1]
+    assert torch.equal(ours_bn.running_mean, bn.running_mean) and ours_bn.num_batches_tracked.item() == 30
+
+
+def test_ema_warmup_swap_and_state_dict():
+    torch.manual_seed(0)
+    model = build_model("tiny", width=4)
+    ema = EMA(model, decay=0.999, warmup=True)
+    assert ema.current_decay() == pytest.approx(0.1)
+    for _ in _train_steps(model, 5):
+        ema.update(model)
+    assert ema.current_decay() < 0.999
+    live = copy.deepcopy(model.state_dict())
+    with ema.swapped_into(model):
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ema.module.parameters()))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in live.items())
+    restored = EMA(build_model("tiny", width=4))
+    restored.load_state_dict(ema.state_dict())
+    assert restored.num_updates == 5 and all(
+        torch.equal(a, b) for a, b in zip(restored.module.parameters(), ema.module.parameters()))
+    with pytest.raises(ValueError):
+        EMA(model, decay=1.0)
+
+
+# ---------------------------------------------------------------- checkpoint
+def _state(step):
+    torch.manual_seed(step)
+    model = build_model("tiny", width=4)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = schedule.make_scheduler(opt, 2, 10)
+    return checkpoint.training_state(model=model, optimizer=opt, scheduler=sched, ema=EMA(model), epoch=0,
+                                     step=step, batch_in_epoch=step, config={"lr": 1.0})
+
+
+def test_checkpoint_weights_only_roundtrip(tmp_path):
+    mgr = checkpoint.CheckpointManager(tmp_path)
+    path = mgr.save(_state(3), 3)
+    loaded = torch.load(path, weights_only=True)  # plain torch can read it, no pickled objects
+    assert loaded["step"] == 3 and set(loaded) >= {"model", "optimizer", "scheduler", "ema", "rng", "config"}
+    assert (tmp_path / "step_00000003.pt.sha256").read_text().split()[0] == checkpoint.hashlib.sha256(
+        path.read_bytes()).hexdigest()
+
+
+def test_retention_keeps_last_two_plus_best_and_protected(tmp_path):
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=2)
+    for step, metric in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
+        mgr.save(_state(step), step, metric)
+    names = sorted(p.name for p in tmp_path.glob("*.pt"))
+    assert names == ["best.pt", "step_00000003.pt", "step_00000004.pt"]
+    assert torch.load(tmp_path / "best.pt", weights_only=True)["step"] == 2 and mgr.best_metric == 0.9
+    assert not (tmp_path / "step_00000001.pt.sha256").exists()
+    resumed = checkpoint.CheckpointManager(tmp_path, keep_last=2)
+    assert resumed.load_latest()["step"] == 4 and resumed.best_metric == 0.9
+    resumed.protected = tmp_path / "step_00000003.pt"
+    for step in (5, 6):
+        resumed.save(_state(step), step)
+    assert (tmp_path / "step_00000003.pt").exists(), "the file being resumed from must not be deleted"
+    assert not (tmp_path / "step_00000004.pt").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bitflip", "no_checksum"])
+def test_damaged_newest_checkpoint_is_skipped(tmp_path, damage):
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=3)
+    mgr.save(_state(1), 1)
+    newest = mgr.save(_state(2), 2)
+    payload = bytearray(newest.read_bytes())
+    if damage == "truncate":
+        newest.write_bytes(payload[: len(payload) // 2])
+    elif damage == "bitflip":
+        payload[len(payload) // 2] ^= 0x01
+        newest.write_bytes(bytes(payload))
+    else:
+        newest.with_name(newest.name + ".sha256").unlink()
+    with pytest.warns(UserWarning, match="跳过损坏的检查点"):
+        state = checkpoint.CheckpointManager(tmp_path).load_latest()
+    assert state["step"] == 1
+    with pytest.raises(checkpoint.CorruptCheckpointError):
+        checkpoint.load_verified(newest)
+
+
+def test_should_save_by_steps_and_time(tmp_path, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: now[0])
+    mgr = checkpoint.CheckpointManager(tmp_path, every_steps=10, every_seconds=60)
+    assert mgr.should_save(10) and not mgr.should_save(11)
+    now[0] += 61
+    assert mgr.should_save(11)
+    mgr.save(_state(11), 11)
+    assert not mgr.should_save(12)
+
+
+def test_restore_training_state_and_shape_mismatch():
+    torch.manual_seed(0)
+    model = build_model("small", width=8)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 3, 32, 32)).sum().backward()
+    opt.step()
+    state = checkpoint.training_state(model=model, optimizer=opt, epoch=1, step=7, batch_in_epoch=2)
+    expected = torch.rand(2)
+    fresh = build_model("small", width=8)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    meta = checkpoint.restore_training_state(state, model=fresh, optimizer=fresh_opt)
+    assert (meta["epoch"], meta["step"], meta["batch_in_epoch"]) == (1, 7, 2)
+    assert torch.equal(torch.rand(2), expected), "RNG state restored"
+    assert fresh_opt.state_dict()["state"][0]["step"] == 1
+    wider = build_model("small", width=16)
+    with pytest.raises(ValueError, match="结构不一致") as info:
+        checkpoint.restore_training_state(state, model=wider, optimizer=torch.optim.AdamW(wider.parameters()))
+    assert "features.0.0.weight" in str(info.value)
+    fp16 = torch.amp.GradScaler("cpu", enabled=True)
+    with pytest.raises(ValueError, match="GradScaler"):
+        checkpoint.restore_training_state({**state, "scaler": {}}, model=fresh, optimizer=fresh_opt, scaler=fp16)
+
+
+# ---------------------------------------------------------------- monitor
+def test_spike_detector():
+    rng = np.random.default_rng(0)
+    det = monitor.SpikeDetector()
+    noise = 2.0 + 0.1 * rng.standard_normal(300)
+    assert not any(det.update(v) for v in noise)
+    assert det.update(6.0) and det.update(float("nan"))
+
+
+def test_monitor_writes_records_and_truncates_on_resume(tmp_path, capsys):
+    mon = monitor.Monitor(tmp_path, loggers=("jsonl", "tensorboard"), flush_every=4, progress=False)
+    for step in range(1, 31):
+        loss = torch.tensor(50.0 if step == 27 else 2.0 + 0.01 * (step % 3))
+        mon.log_step(step, 0, loss, torch.tensor(0.5), torch.tensor(False), 0.1, 8)
+    with mon.paused():
+        mon.log_eval(30, 0, acc=0.5)
+    mon.close()
+    recs = monitor.read_metrics(tmp_path / "metrics.jsonl")
+    train = [r for r in recs if r["split"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 31))
+    assert {"loss", "loss_smooth", "grad_norm", "clipped", "lr", "samples_per_sec", "mem_peak_mb"} <= set(train[0])
+    assert recs[-1] == {"split": "val", "step": 30, "epoch": 0, "acc": 0.5}
+    assert any(a["step"] == 27 and a["title"] == "loss spike" for a in mon.alerts)
+    assert "[ALERT] loss spike" in capsys.readouterr().out
+    assert train[-1]["samples_per_sec"] > 0 and train[-1]["loss_smooth"] < 3
+    assert list((tmp_path / "tensorboard").glob("events.*"))
+    resumed = monitor.Monitor(tmp_path, flush_every=4, progress=False, resume_step=20)
+    resumed.close()
+    assert [r["step"] for r in monitor.read_metrics(tmp_path / "metrics.jsonl")] == list(range(1, 21))
+    with pytest.raises(ValueError, match="logger"):
+        monitor.Monitor(tmp_path, loggers=("mlflow",), progress=False)
+
+
+# ---------------------------------------------------------------- debug / estimate / schedule
+def test_overfit_one_batch_and_sanity_report():
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    model = build_model("tiny", width=8)
+    report = debug.sanity_report(model, x, y)
+    assert report["initial_loss_ok"] and report["params_without_grad"] == [] and sum(report["label_counts"]) == 16
+    losses = debug.overfit_one_batch(model, x, y, steps=100)
+    assert losses[-1] < 0.05 < losses[0]
+    model.head.weight.requires_grad_(True)
+    frozen = build_model("tiny", width=8)
+    frozen.features[0].weight.register_hook(lambda g: torch.zeros_like(g))
+    assert "features.0.weight" in debug.sanity_report(frozen, x, y)["params_without_grad"]
+
+
+def test_estimate_reproduces_chapter_example(capsys):
+    est = estimate.estimate_training_time(10_000, 3, 4, steps_per_sec=0.5, price_per_hour=2.4)
+    assert est.hours == pytest.approx(4.1667, abs=1e-3) and est.total_steps == 7500 and est.cost == pytest.approx(10.0)
+    trap = estimate.estimate_training_time(10_000, 3, 4, samples_per_sec=0.5)
+    assert trap.hours == pytest.approx(16.667, abs=1e-2) and "单位陷阱" in capsys.readouterr().out
+    with pytest.raises(ValueError):
+        estimate.estimate_training_time(10_000, 3, 4)
+    calls = []
+    tp = estimate.measure_throughput(lambda: calls.append(1), batch_size=8, steps=50, warmup=5)
+    assert len(calls) == 55 and tp.steps == 50 and tp.samples_per_sec == pytest.approx(8 * tp.steps_per_sec)
+
+
+def test_schedule_warmup_then_cosine():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = schedule.make_scheduler(opt, warmup_steps=10, total_steps=100)
+    lrs = []
+    for _ in range(100):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([schedule.lr_at(s, 1.0, 10, 100) for s in range(100)])
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.11
