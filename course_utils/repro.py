@@ -99,7 +99,7 @@ def run_config(hparams: dict[str, Any], device: torch.device | str | None = None
         "hparams": {k: (str(v) if isinstance(v, Path) else v) for k, v in hparams.items()},
         "git_commit": commit,
         "git_dirty": dirty,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # TorchVersion is not loadable with weights_only=True
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "device": str(device) if device is not None else None,
         "python": platform.python_version(),

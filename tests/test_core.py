@@ -46,6 +46,8 @@ def test_rng_state_survives_weights_only_load(tmp_path):
 
 def test_dump_run_config(tmp_path):
     cfg = repro.dump_run_config(tmp_path, {"lr": 0.1, "out": tmp_path}, "cpu", repo=tmp_path)
+    torch.save({"config": cfg}, tmp_path / "c.pt")
+    assert torch.load(tmp_path / "c.pt", weights_only=True)["config"] == cfg  # storable in a checkpoint
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved == cfg and saved["hparams"]["lr"] == 0.1 and saved["hparams"]["out"] == str(tmp_path)
     assert saved["git_commit"] == "unknown" and saved["git_dirty"] == "unknown"  # not a git repo

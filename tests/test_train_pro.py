@@ -1,0 +1,121 @@
+"""End-to-end tests of solutions/homework/train_cifar_pro.py: exact resume after SIGKILL, SIGTERM, NaN."""
+import json
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from course_utils.checkpoint import CheckpointManager
+from course_utils.monitor import read_metrics
+from course_utils.schedule import lr_at
+from tests.notebook_cells import ROOT
+
+pytestmark = pytest.mark.slow
+SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
+# 500 training images (COURSE_FAST) / batch 32 -> 15 steps per epoch, 45 steps in all
+ARGS = ["--model", "tiny", "--width", "8", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "3",
+        "--warmup-steps", "5", "--lr", "3e-3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2",
+        "--no-progress"]
+TOTAL = 45
+
+
+def start(out, *extra):
+    return subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *ARGS, *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def run(out, *extra, timeout=240):
+    proc = start(out, *extra)
+    output, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, output
+
+
+def wait_for_step(proc, out, step, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        recs = [r for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
+        if recs and recs[-1]["step"] >= step:
+            return recs[-1]["step"]
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before step {step}: {proc.stdout.read()}")
+        time.sleep(0.05)
+    pytest.fail(f"step {step} not reached in {timeout} s")
+
+
+def train_losses(out):
+    return [(r["step"], r["loss"]) for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    code, output = run(out)
+    assert code == 0, output
+    return out
+
+
+def test_reference_run_outputs(reference):
+    config = json.loads((reference / "config.json").read_text())
+    assert config["hparams"]["seed"] == 0 and len(config["git_commit"]) == 40
+    recs = read_metrics(reference / "metrics.jsonl")
+    train = [r for r in recs if r["split"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, TOTAL + 1))
+    for key in ("step", "epoch", "loss", "loss_smooth", "grad_norm", "clipped", "lr", "samples_per_sec", "mem_peak_mb"):
+        assert key in train[0]
+    assert [r["lr"] for r in train] == pytest.approx([lr_at(s, 3e-3, 5, TOTAL) for s in range(TOTAL)])
+    val = [r for r in recs if r["split"] == "val"]
+    assert [r["epoch"] for r in val] == [0, 1, 2] and {"acc", "acc_ema"} <= set(val[0])
+    assert val[-1]["acc"] > 0.15  # learns something in 45 tiny steps
+    names = sorted(p.name for p in (reference / "checkpoints").glob("*.pt"))
+    assert "best.pt" in names and len(names) == 3  # last 2 + best
+
+
+def test_sigkill_anywhere_then_resume_is_bit_identical(reference, tmp_path):
+    out = tmp_path / "killed"
+    for kill_after in (7, 22):  # mid-epoch 0 and mid-epoch 1, with 2 DataLoader workers
+        proc = start(out, *(["--resume"] if kill_after != 7 else []))
+        wait_for_step(proc, out, kill_after)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    code, output = run(out, "--resume")
+    assert code == 0 and "续训" in output, output
+    assert train_losses(out) == train_losses(reference)  # exact float equality, every step exactly once
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+    proc = start(tmp_path)
+    wait_for_step(proc, tmp_path, 9)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "SIGTERM" in output, output
+    last = train_losses(tmp_path)[-1][0]
+    state = CheckpointManager(tmp_path / "checkpoints").load_latest()
+    assert state["step"] == last, "the final checkpoint covers the last logged step"
+
+
+def test_nan_step_is_skipped_and_checkpoints_stay_valid(tmp_path):
+    code, output = run(tmp_path, "--inject-nan-at-step", "6", "--max-steps", "12")
+    assert code == 0 and "non-finite step" in output, output
+    recs = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    assert recs[5]["step"] == 6 and recs[5]["skipped"] and not any(r["skipped"] for r in recs if r["step"] != 6)
+    assert all(r["loss"] == r["loss"] for r in recs[6:]), "no NaN after the skipped step"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a damaged checkpoint would warn
+        for path in CheckpointManager(tmp_path / "checkpoints").checkpoints():
+            state = CheckpointManager(tmp_path / "checkpoints").load_latest()
+            assert all(v.isfinite().all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_repeated_nan_stops_with_clear_message(tmp_path):
+    code, output = run(tmp_path, "--inject-nan-at-step", "3", "--max-bad-steps", "1", "--max-steps", "12")
+    assert code == 2 and "停止训练" in output, output
+
+
+def test_resume_with_changed_model_fails_clearly(reference, tmp_path):
+    import shutil
+    shutil.copytree(reference, tmp_path / "run")
+    code, output = run(tmp_path / "run", "--resume", "--width", "16")
+    assert code != 0 and "结构不一致" in output and "features.0.weight" in output
