@@ -38,17 +38,18 @@ def _diagnose(ratio: float, batch_size: int, steps_per_sec: float) -> str:
     def near(target: float) -> bool:
         return target > 0 and abs(math.log(ratio / target)) < 0.03
 
+    hints = []
     if near(batch_size):
-        return f"(大了 batch_size={batch_size} 倍:忘了除以 batch_size,把 步/秒 当成了 样本/秒)"
+        hints.append(f"大了 batch_size={batch_size} 倍:忘了除以 batch_size,把 步/秒 当成了 样本/秒")
     if near(1 / batch_size):
-        return f"(小了 batch_size={batch_size} 倍:多除了一次 batch_size)"
+        hints.append(f"小了 batch_size={batch_size} 倍:多除了一次 batch_size")
     if near(steps_per_sec ** 2):
-        return "(像是把 steps_per_sec 乘了上去;总步数应除以 步/秒)"
+        hints.append("像是把 steps_per_sec 乘了上去;总步数应除以 步/秒")
     if near(3600):
-        return "(大了 3600 倍:结果是秒,需要换算成小时)"
+        hints.append("大了 3600 倍:结果是秒,需要换算成小时")
     if near(60):
-        return "(大了 60 倍:结果是分钟,需要换算成小时)"
-    return ""
+        hints.append("大了 60 倍:结果是分钟,需要换算成小时")
+    return f"({';或者'.join(hints)})" if hints else ""
 
 
 def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], float], seed: int | None = None) -> None:
