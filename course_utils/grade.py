@@ -202,7 +202,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeout: int,
-                 total_timeout: int, solutions: Path) -> tuple[list[dict], str]:
+                 total_timeout: int, solutions: Path, threads: int = 0) -> tuple[list[dict], str]:
     """Run ``nb`` under pytest + nbval in ``workdir``; returns (per-cell records, problem or '')."""
     workdir.mkdir(parents=True, exist_ok=True)
     for extra in solutions.iterdir():  # helper folders next to the notebooks (homework/ ...)
@@ -221,6 +221,8 @@ def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeo
                WANDB_SILENT="true", MPLBACKEND="module://matplotlib_inline.backend_inline",
                PYTHONPATH=os.pathsep.join([str(workdir)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("PYTEST_ADDOPTS", None)
+    if threads:
+        env.setdefault("OMP_NUM_THREADS", str(threads))
     cmd = [sys.executable, "-m", "pytest", "-c", str(workdir / "pytest.ini"), "--rootdir", str(workdir),
            "-p", "no:cacheprovider", "-p", "_grade_plugin", "--nbval-lax", "--nbval-current-env",
            f"--nbval-cell-timeout={cell_timeout}", "-q", name]
@@ -249,7 +251,7 @@ def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeo
 
 
 def grade_notebook(learner: str, path: Path, solutions: Path, scratch: Path,
-                   cell_timeout: int = 60, total_timeout: int = 600) -> Grade:
+                   cell_timeout: int = 60, total_timeout: int = 600, threads: int = 0) -> Grade:
     """Grade one submitted notebook; never raises for a bad submission."""
     grade = Grade(learner, path.name)
     reference_path = find_reference(path, solutions)
@@ -260,6 +262,9 @@ def grade_notebook(learner: str, path: Path, solutions: Path, scratch: Path,
     reference = nbformat.read(reference_path, as_version=4)
     checks = [c for c in learner_notebook(reference).cells if _is(c, "check")]
     grade.total = len(checks)
+    if not checks:
+        grade.notes.append("参考 notebook 没有 check 格子,不计分(未运行)")
+        return grade
     if not path.exists():
         grade.notes.append("文件不存在")
         return grade
@@ -273,14 +278,17 @@ def grade_notebook(learner: str, path: Path, solutions: Path, scratch: Path,
         return grade
     graded, notes = merge(reference, submission)
     grade.notes += notes
-    records, problem = run_notebook(graded, scratch, reference_path.name, cell_timeout, total_timeout, solutions)
+    records, problem = run_notebook(graded, scratch, reference_path.name, cell_timeout, total_timeout, solutions,
+                                   threads)
     if problem:
         grade.notes.append(problem)
     check_records = [r for r in records if "check" in r.get("tags", [])]
     seen = {r.get("index") for r in check_records}
     grade.passed = sum(r["outcome"] == "passed" for r in check_records)
     for k, rec in enumerate(check_records):
-        if rec["outcome"] == "failed":
+        if rec["outcome"] == "failed" and "Kernel dead" in (rec.get("message") or ""):
+            grade.notes.append(f"check {rec.get('index')}: 未运行(内核已退出,提交的代码是否结束了进程?)")
+        elif rec["outcome"] == "failed":
             grade.notes.append(f"check {rec.get('index')}: {rec.get('message') or '失败'}")
         elif rec["outcome"] != "passed":
             grade.notes.append(f"check {rec.get('index')}: 未运行(前面的格子超时或内核已退出)")
@@ -298,13 +306,15 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", cel
     from concurrent.futures import ThreadPoolExecutor
 
     pairs = collect(submissions)
+    # parallel kernels on a few cores: one torch thread each, unless OMP_NUM_THREADS is set
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         def one(n: int) -> Grade:
             learner, path = pairs[n]
             start = time.perf_counter()
             scratch = Path(tmp) / f"{n:03d}"
             try:
-                grade = grade_notebook(learner, path, Path(solutions), scratch, cell_timeout, total_timeout)
+                grade = grade_notebook(learner, path, Path(solutions), scratch, cell_timeout, total_timeout, threads)
             except Exception as exc:  # a grader bug must not stop the others
                 grade = Grade(learner, path.name, notes=[f"评分出错: {type(exc).__name__}: {exc}"])
             shutil.rmtree(scratch, ignore_errors=True)
@@ -320,7 +330,8 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", cel
 def table(grades: list[Grade]) -> str:
     """The grades as an aligned text table, plus one total line per learner."""
     rows = [("learner", "notebook", "passed", "total", "score")]
-    rows += [(g.learner, g.notebook, str(g.passed), str(g.total), f"{g.score:.0%}") for g in grades]
+    rows += [(g.learner, g.notebook, str(g.passed), str(g.total), f"{g.score:.0%}" if g.total else "-")
+             for g in grades]
     learners: dict[str, list[int]] = {}
     for g in grades:
         acc = learners.setdefault(g.learner, [0, 0])

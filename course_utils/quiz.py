@@ -122,9 +122,10 @@ def question_text(q: Question, number: int | None = None) -> str:
 class Quiz:
     """A list of questions with widget, text and dict-grading front ends."""
 
-    def __init__(self, questions: Iterable[Question], title: str = "自测题") -> None:
+    def __init__(self, questions: Iterable[Question], title: str = "自测题", name: str = "quiz") -> None:
         self.questions = list(questions)
         self.title = title
+        self.name = name  # the variable name used in the printed instructions
         ids = [q.id for q in self.questions]
         if len(set(ids)) != len(ids):
             raise ValueError("题号重复")
@@ -142,8 +143,11 @@ class Quiz:
         qs = self.select(ids)
         body = "\n\n".join(question_text(q) for q in qs)
         template = "answers = {" + ", ".join(f'"{q.id}": ...' for q in qs) + "}"
+        if len(qs) == 1:
+            return (f"{body}\n纯文本作答: {self.name}.grade({{\"{qs[0].id}\": ...}});"
+                    f"参考答案: {self.name}.reveal(\"{qs[0].id}\")")
         return (f"{self.title}\n\n{body}\n\n纯文本作答: 在代码格子里写\n    {template}\n"
-                f"    quiz.grade(answers)\n参考答案: quiz.reveal(\"{qs[0].id}\")")
+                f"    {self.name}.grade(answers)\n参考答案: {self.name}.reveal(\"{qs[0].id}\")")
 
     def grade(self, answers: dict[str, Any], verbose: bool = True) -> dict[str, Feedback]:
         """Grade ``{id: answer}``; unknown ids are reported, missing ones count as unanswered."""

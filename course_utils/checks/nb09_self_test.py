@@ -95,7 +95,7 @@ QUESTIONS = [
              "用了 AMP/EMA 还要存 GradScaler 和 EMA 权重,再加一份配置。"),
 ]
 
-QUIZ = Quiz(QUESTIONS, title="0.4 训练工程常识 · 自测题")
+QUIZ = Quiz(QUESTIONS, title="0.4 训练工程常识 · 自测题", name="QUIZ")
 GRADED_IDS = [q.id for q in QUESTIONS if q.kind != "text"]
 
 

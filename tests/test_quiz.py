@@ -1,0 +1,86 @@
+"""course_utils.quiz: judging answers, the plain-text route and the widgets (buttons clicked in code)."""
+from __future__ import annotations
+
+import pytest
+
+from course_utils.quiz import Question, Quiz, check, parse_answers
+
+
+def _quiz():
+    return Quiz([
+        Question("a", "single?", choices={"A": "x", "B": "y"}, answer="B", explanation="因为 y。"),
+        Question("b", "multi?", kind="multi", choices={"A": "x", "B": "y", "C": "z"}, answer="AC"),
+        Question("c", "number?", kind="number", answer=16.67, tolerance=0.02),
+        Question("d", "text?", kind="text", keywords=(("优化器", "optimizer"), ("随机", "rng"))),
+    ], name="QUIZ")
+
+
+def test_check_each_kind():
+    q = _quiz().by_id
+    assert check(q["a"], "b").correct and not check(q["a"], "A").correct
+    assert check(q["b"], "c, a").correct and check(q["b"], ["A", "C"]).correct
+    assert "漏" in check(q["b"], "A").message and "选错" in check(q["b"], "AB").message
+    assert check(q["c"], "16.7").correct and not check(q["c"], 4.2).correct
+    assert "数字" in check(q["c"], "abc").message
+    assert check(q["d"], "存 optimizer 和 RNG 状态").correct and not check(q["d"], "存模型").correct
+    assert check(q["a"], None).message == "还没有作答"
+    assert "没有选项" in check(q["a"], "Z").message
+
+
+def test_feedback_never_reveals_the_answer():
+    q = _quiz().by_id["a"]
+    assert "B" not in check(q, "A").message and "y" not in check(q, "A").message
+
+
+def test_bad_questions_are_rejected():
+    with pytest.raises(ValueError):
+        Question("x", "?", choices={"A": "1"}, answer="B")
+    with pytest.raises(ValueError):
+        Question("x", "?", choices={"A": "1", "B": "2"}, answer="AB")
+    with pytest.raises(ValueError):
+        Question("x", "?", kind="text")
+    with pytest.raises(ValueError):
+        Quiz([Question("x", "?", kind="number", answer=1)] * 2)
+
+
+def test_grade_text_and_reveal(capsys):
+    quiz = _quiz()
+    results = quiz.grade({"a": "B", "b": "A", "zz": 1})
+    out = capsys.readouterr().out
+    assert results["a"].correct and not results["b"].correct
+    assert "得分 1/4" in out and "zz" in out
+    assert "QUIZ.grade" in quiz.text() and "[c]" in quiz.text("c")
+    assert "因为 y" in quiz.reveal("a")
+    assert parse_answers("a: B\nb = AC\n") == {"a": "B", "b": "AC"}
+
+
+def test_widgets_check_and_reveal_buttons():
+    quiz = _quiz()
+    box = quiz.question_widget(quiz.by_id["b"], 2)
+    parts = box._quiz_parts
+    parts["check"].click()
+    assert "还没有作答" in parts["feedback"].value
+    boxes = parts["entry"].children
+    boxes[0].value, boxes[2].value = True, True
+    parts["check"].click()
+    assert "✅" in parts["feedback"].value
+    parts["reveal"].click()
+    assert "AC" in parts["feedback"].value
+
+    single = quiz.question_widget(quiz.by_id["a"])._quiz_parts
+    single["entry"].value = "A"
+    single["check"].click()
+    assert "❌" in single["feedback"].value
+    number = quiz.question_widget(quiz.by_id["c"])._quiz_parts
+    number["entry"].value = "16.6"
+    number["check"].click()
+    assert "✅" in number["feedback"].value
+
+
+def test_show_bundle_has_widget_and_text_fallback():
+    from course_utils.quiz import _WithTextFallback
+
+    quiz = _quiz()
+    bundle = _WithTextFallback(quiz.widget("a"), quiz.text("a"))._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("[a] single?")
