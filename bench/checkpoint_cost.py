@@ -95,8 +95,8 @@ def build(kind: str, big_params: float) -> tuple[str, Trainer]:
     torch.manual_seed(0)
     if kind == "small":
         model = build_model("small", width=32)
-        x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
-        return f"SmallCNN (width 32, batch 32)", Trainer(model, lambda: (x, y))
+        x, y = torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,))
+        return "SmallCNN (width 32, batch 128)", Trainer(model, lambda: (x, y))
     layers = 6
     dim = int(round((big_params / layers) ** 0.5 / 64) * 64)
     model = BigMLP(dim, layers)

@@ -39,18 +39,19 @@ def set_seed(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)  # explicit, and harmless without a GPU
 
 
-def set_deterministic(enabled: bool = True) -> None:
-    """Ask torch for deterministic kernels (slower on GPU; raises on ops that have none).
+def set_deterministic(enabled: bool = True, warn_only: bool = False) -> None:
+    """Ask torch for deterministic kernels (slower on GPU).
 
     Sets ``CUBLAS_WORKSPACE_CONFIG`` (needed by cuBLAS; effective only before the first
     cuBLAS call), the cuDNN flags (``benchmark`` off, or ``deterministic`` is ignored)
-    and ``torch.use_deterministic_algorithms``.
+    and ``torch.use_deterministic_algorithms``. An op with no deterministic kernel
+    (e.g. some CUDA losses and poolings) raises, or only warns with ``warn_only=True``.
     """
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.benchmark = not enabled
     torch.backends.cudnn.deterministic = enabled
-    torch.use_deterministic_algorithms(enabled, warn_only=False)
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def rng_state() -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""Test-suite time per file: runs pytest once with a JUnit XML report and sums the time per file.
+
+Each notebook under nbval is one file (its cells are the test cases); each tests/*.py is
+one file. Prints the files slowest first with test counts and outcomes, plus pytest's own
+wall time, and writes bench/results/suite_time.json.
+
+    python bench/suite_time.py                       # the whole suite (tests/ and solutions/)
+    python bench/suite_time.py tests/                # any pytest arguments
+    python bench/suite_time.py solutions/01_*.ipynb
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, format_table, header, machine_info, write_json  # noqa: E402
+
+
+def file_of(case: ET.Element) -> str:
+    """The file a JUnit test case belongs to (nbval: the notebook; python tests: the module)."""
+    if case.get("file"):
+        return case.get("file")
+    classname = case.get("classname", "")
+    # pytest writes "tests.test_x" for tests/test_x.py and "solutions.01_x.ipynb" for notebooks
+    if ".ipynb" in classname:
+        return _dotted_to_path(classname.split(".ipynb")[0], ".ipynb")
+    return _dotted_to_path(classname, ".py")
+
+
+def _dotted_to_path(dotted: str, suffix: str) -> str:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):  # the longest prefix that is a file on disk
+        candidate = "/".join(parts[:cut]) + suffix
+        if (REPO / candidate).exists():
+            return candidate
+    return dotted + suffix
+
+
+def summarize(xml_path: Path) -> list[dict]:
+    per_file: dict[str, dict] = defaultdict(lambda: {"seconds": 0.0, "tests": 0, "failed": 0, "skipped": 0})
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        f = per_file[file_of(case)]
+        f["seconds"] += float(case.get("time", 0) or 0)
+        f["tests"] += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            f["failed"] += 1
+        elif case.find("skipped") is not None:
+            f["skipped"] += 1
+    return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pytest_args", nargs="*", help="passed to pytest (default: the configured testpaths)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    info = machine_info()
+    print(header(info))
+    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}",
+               *args.pytest_args]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ}, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if not xml.exists():
+            print(proc.stdout[-3000:], proc.stderr[-3000:])
+            return proc.returncode or 1
+        rows = summarize(xml)
+    total = sum(r["seconds"] for r in rows)
+    text = format_table([[r["file"], r["seconds"], r["tests"], r["failed"], r["skipped"]] for r in rows]
+                        + [["total (sum of test times)", total, sum(r["tests"] for r in rows),
+                            sum(r["failed"] for r in rows), sum(r["skipped"] for r in rows)]],
+                        ["file", "seconds", "tests", "failed", "skipped"])
+    text += f"\n\npytest wall time {wall:.1f} s (exit {proc.returncode}): {proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ''}"
+    print()
+    print(text)
+    path = write_json("suite_time", {"machine": info, "pytest_args": args.pytest_args, "files": rows,
+                                     "wall_s": wall, "exit_code": proc.returncode, "table": text}, args.json)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

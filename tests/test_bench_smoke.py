@@ -1,0 +1,72 @@
+"""Smoke test of bench/overhead.py: its internals run a handful of steps and produce sane output.
+
+No timing assertions: benchmarks are run by hand (python bench/overhead.py), not by pytest.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def overhead():
+    return _load("overhead")
+
+
+def test_pro_arm_writes_metrics_and_checkpoints(overhead, tmp_path):
+    setup = overhead.Setup(width=4, batch_size=8, n_batches=2, log_every=2, ckpt_every=3)
+    device = torch.device("cpu")
+    torch.manual_seed(0)
+    init = overhead.build_model("small", width=4)
+    batches = overhead.make_batches(setup, device)
+    assert len(batches) == 2 and batches[0][0].shape == (8, 3, 32, 32)
+    pro = overhead.ProArm(init, batches, setup, device, tmp_path, total_steps=4, profile=True)
+    times = [pro.step() for _ in range(4)]
+    pro.close()
+    assert all(t > 0 for t in times)
+    assert len(pro.save_times) == 1  # step 3 of 4
+    assert (tmp_path / "checkpoints" / "step_00000003.pt").exists()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert list((tmp_path / "tensorboard").iterdir())
+    assert {"forward+backward", "clip", "ema", "monitor"} <= set(pro.timers)
+    # the pro arm trains the same model: its weights moved, the EMA copy too
+    assert not torch.equal(next(pro.model.parameters()), next(init.parameters()))
+
+
+def test_measure_and_report(overhead):
+    setup = overhead.Setup(width=4, batch_size=8, n_batches=2, log_every=2, ckpt_every=4)
+    result = overhead.measure(setup, steps=2, repeats=2, device=torch.device("cpu"), warmup=1, log=lambda *_: None)
+    assert result["repeats"] == 2 and len(result["rows"]) == 2
+    for row in result["rows"]:
+        assert row["bare_sps"] > 0 and row["pro_sps"] > 0
+        assert math.isclose(row["ratio"], row["pro_sps"] / row["bare_sps"])
+    assert math.isclose(result["overhead"], 1 - result["ratio"]["median"])
+    text = overhead.report(result, 0.03)
+    assert "pro / bare throughput" in text and "overhead (median over repeats)" in text
+
+
+def test_main_exit_code_follows_threshold(overhead, tmp_path):
+    args = ["--steps", "2", "--repeats", "1", "--batch-size", "4", "--width", "4", "--json", str(tmp_path / "o.json")]
+    # a limit no run can meet (pro faster than bare by 100%) must fail; a huge one must pass
+    assert overhead.main([*args, "--max-overhead", "-1"]) == 1
+    assert overhead.main([*args, "--max-overhead", "10"]) == 0
+    saved = json.loads((tmp_path / "o.json").read_text())
+    assert saved["passed"] is True and "machine" in saved and saved["steps_per_repeat"] == 2
