@@ -49,7 +49,8 @@ def set_deterministic(enabled: bool = True, warn_only: bool = False) -> None:
     """
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cudnn.benchmark = not enabled
+    if enabled:  # benchmark autotuning picks kernels by timing, which defeats determinism
+        torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = enabled
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 

@@ -20,15 +20,15 @@ def training_curve(rng: np.random.Generator, n: int, scale: float) -> np.ndarray
 
 
 def inject_spikes(rng: np.random.Generator, values: np.ndarray, clean: np.ndarray, k: int,
-                  start: int = 30, gap: int = 25) -> tuple[np.ndarray, list[int]]:
-    """Put ``k`` spikes (2.5x to 8x the local level) at random, well separated positions."""
+                  start: int = 60, gap: int = 25) -> tuple[np.ndarray, list[int]]:
+    """Put ``k`` spikes (3x to 8x the local level) at random, well separated positions."""
     n = len(values)
     while True:
         where = np.sort(rng.choice(np.arange(start, n), size=k, replace=False))
         if np.all(np.diff(where) >= gap):
             break
     out = values.copy()
-    out[where] = clean[where] * rng.uniform(2.5, 8.0, size=k)
+    out[where] = clean[where] * rng.uniform(3.0, 8.0, size=k)
     return out, [int(i) for i in where]
 
 
