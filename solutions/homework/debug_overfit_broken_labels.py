@@ -1,0 +1,33 @@
+"""debug_overfit.py with a deliberately injected label bug: it must FAIL its overfit test.
+
+The bug imitated here is a classic: images and labels shuffled with two different
+permutations (say, a "shuffle" applied to the label list only). Every step the
+same images arrive with a fresh, random assignment of their labels, so there is
+nothing consistent to memorise: the loss stalls near the entropy of the batch's
+label counts (about ln 10 ≈ 2.3 minus a little) and the script exits with code 1.
+
+Contrast: a FIXED wrong mapping (cat<->dog for every sample) is memorised just as
+well as the right labels, so the overfit test passes; only looking at samples.png
+(or a test accuracy far below chance) exposes it.
+
+    python solutions/homework/debug_overfit_broken_labels.py --out runs/overfit_broken
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from debug_overfit import main  # noqa: E402
+
+
+def reshuffled_labels(y: torch.Tensor, step: int) -> torch.Tensor:
+    """The injected bug: labels permuted independently of the images, anew at every step."""
+    g = torch.Generator().manual_seed(10_007 * step)
+    return y[torch.randperm(len(y), generator=g).to(y.device)]
+
+
+if __name__ == "__main__":
+    sys.exit(main(label_fn=reshuffled_labels, name="debug_overfit_broken_labels"))
