@@ -31,6 +31,7 @@ import os
 import statistics
 import sys
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -267,7 +268,7 @@ def _start_wandb(out: Path, project: str, config: dict) -> Any:
         print("wandb 未安装,跳过 wandb 记录(pip install wandb)")
         return None
     id_file = out / "wandb_run_id.txt"
-    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]  # reused on --resume
     id_file.write_text(run_id)
     mode = wandb_mode()
     run = wandb.init(project=project, dir=str(out), id=run_id, resume="allow", mode=mode, config=config)

@@ -344,3 +344,17 @@ def test_schedule_warmup_then_cosine():
         sched.step()
     assert lrs == pytest.approx([schedule.lr_at(s, 1.0, 10, 100) for s in range(100)])
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.11
+
+
+def test_monitor_wandb_offline(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    assert monitor.wandb_mode() == "offline"
+    mon = monitor.Monitor(tmp_path, loggers=("wandb",), flush_every=2, progress=False, config={"lr": 0.1})
+    for step in range(1, 5):
+        mon.log_step(step, 0, torch.tensor(1.0), torch.tensor(0.5), False, 0.1, 8)
+    mon.alert("test alert", "offline alerts must not crash")
+    mon.close()
+    run_id = (tmp_path / "wandb_run_id.txt").read_text()
+    assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}")), "an offline run folder for `wandb sync`"
