@@ -1,69 +1,74 @@
-"""Rebuild bench/RESULTS.md from bench/results/*.json (tables copied verbatim). Run after any bench script."""
-import json, sys
+"""Rebuild bench/RESULTS.md from bench/results/*.json: each table verbatim, each verdict computed.
+
+    python bench/make_results.py        # after running any bench script
+"""
+from __future__ import annotations
+
+import json
 from pathlib import Path
-R = Path(__file__).resolve().parent / "results"
-def load(n):
-    p = R / f"{n}.json"
-    return json.loads(p.read_text()) if p.exists() else None
-def meta(d):
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def meta(d: dict) -> str:
     m = d["machine"]
-    return (f"Command: `{m['command']}` · {m['date']} · `lscpu` model name: {m['cpu_model']}, {m['cpu_count']} cores · "
-            f"torch {m['torch']}, {m['torch_threads']} torch thread(s) · load average at start {m['load_avg_1m_at_start']} "
-            f"(other jobs shared the 2 cores)")
-ov, ck, rs, amp = load("overhead"), load("checkpoint_cost"), load("resume_cost"), load("amp_cpu")
-out = ["# Performance", "",
-"Measured on the CI-class machine of this repo: 2 CPU cores, no GPU. Every table below is the verbatim",
-"output of the command above it (also in `bench/results/<name>.json`). While these ran, other jobs were",
-"running notebooks on the same 2 cores (load average 10-16), so absolute speeds are several times lower",
-"than on an idle machine and vary by ±20% between repeats; the scripts interleave the variants they",
-"compare and report medians, so the *ratios* are what to read. Re-run a script to refresh its table.", "",
-"Benchmarks use one torch thread by default (`--threads 0` = torch's default): with two OpenMP threads on",
-"two busy cores, every op waits for the other thread to be scheduled and a SmallCNN step took 60x longer.", ""]
-if ov:
-    extras = {k: v for k, v in ov["profile_ms_per_step"].items() if k not in ("forward+backward", "optimizer+scheduler")}
-    total = sum(ov["profile_ms_per_step"].values())
-    out += ["## 1. Overhead of the professional loop (`bench/overhead.py`)", "", meta(ov), "", "```", ov["table"], "```", "",
-            f"Verdict: the professional loop (clipping, EMA, JSONL + TensorBoard monitoring, a full checkpoint every 200 steps) "
-            f"costs no measurable throughput here: median pro/bare ratio {ov['ratio']['median']:.3f} "
-            f"(range {ov['ratio']['min']:.3f}-{ov['ratio']['max']:.3f}; values above 1 are noise). Timed directly, its extras "
-            f"(clip, NaN check, EMA, monitor, checkpoint pro rata) take {sum(extras.values()):.1f} ms of a {total:.0f} ms step, "
-            f"{100 * sum(extras.values()) / total:.1f}%, under the 3% limit. No fix was needed: the monitor keeps values on the "
-            "device and syncs once per 20 steps, EMA uses `torch._foreach_lerp_`, clipping uses `foreach=True`. "
-            "The one per-step host read is the script's `clip.is_finite()` NaN guard (free on CPU; on a GPU it is one sync per step). "
-            "With one thread each step is slower than with two, so the same absolute extras would be a larger share on a faster device; "
-            "`python bench/overhead.py` exits 1 if the median slowdown exceeds 3%.", ""]
-if ck:
-    out += ["## 2. Checkpoint cost (`bench/checkpoint_cost.py`)", "", meta(ck), "", "```", ck["table"], "```", "",
-            "The managed save pays for serialising to memory first, the SHA-256 and the fsyncs (a plain `torch.save` returns "
-            "before the data is on disk). Loads read a just-written file from the page cache. The save is synchronous: "
-            "the loop waits for it; at one save per 200 steps the stall is the last column.", ""]
-if rs:
-    out += ["## 3. Resume cost (`bench/resume_cost.py`)", "", meta(rs), "", "```", rs["table"], "```", "",
-            "Most of the start-up is importing torch and building the data; finding, checksumming and loading the "
-            "checkpoint adds the difference shown.", ""]
-if amp:
-    out += ["## 4. AMP on this device (`bench/amp.py`)", "", meta(amp), "", "```", amp["table"], "```", "",
-            "This CPU has no bf16/fp16 matrix units (`lscpu` shows AVX2, no AVX512-BF16/AMX), so autocast only adds casts: "
-            "fp32 is the fastest choice on it, which is why `--amp auto` means off on CPU. The memory column is a weak proxy "
-            "(process RSS growth during the forward pass; the allocator keeps and reuses memory), not an allocator peak. "
-            "The second table is device-independent: without a GradScaler, fp16 gradients of a small loss underflow to zero "
-            "and the step changes no weight; the scaler restores them.", "",
-            "### GPU", "", "not yet run — run `bench/gpu_check.sh` on a CUDA machine (it writes the same AMP table with "
-            "`torch.cuda.max_memory_allocated`, the nbval run of every solution notebook and the deterministic kill-and-resume check to "
-            "`bench/results/gpu_check/`).", ""]
-missing = {"2. Checkpoint cost": ("checkpoint_cost", ck, "python bench/checkpoint_cost.py"),
-           "3. Resume cost": ("resume_cost", rs, "python bench/resume_cost.py"),
-           "4. AMP on this device": ("amp_cpu", amp, "python bench/amp.py")}
-for title, (name, d, cmd) in missing.items():
+    return (f"Command: `{m['command']}` · {m['date']} · {m['cpu_model']}, {m['cpu_count']} cores · torch {m['torch']}, "
+            f"{m['torch_threads']} torch thread(s) · load average at start {m['load_avg_1m_at_start']}")
+
+
+def section(title: str, d: dict | None, command: str, notes: list[str]) -> list[str]:
+    lines = [f"## {title}", ""]
     if d is None:
-        out += [f"## {title} (`bench/{name.split('_cpu')[0] if name != 'amp_cpu' else 'amp'}.py`)", "",
-                f"CPU table not yet recorded: the run of `{cmd}` did not finish inside the time box on the loaded machine "
-                "(load average ~17: importing torch alone took over 20 s). Run it and paste its table here.", ""]
-        if name == "amp_cpu":
-            out += ["### GPU", "", "not yet run — run `bench/gpu_check.sh` on a CUDA machine.", ""]
-out += ["## 5. Test-suite time (`bench/suite_time.py`)", "",
-        "`python bench/suite_time.py [pytest args]` runs pytest once with a JUnit report and prints seconds per test file / "
-        "notebook, slowest first (`bench/results/suite_time.json`). Not run for this table while the notebooks were still "
-        "being written by other helpers.", ""]
-(Path(__file__).resolve().parent / "RESULTS.md").write_text("\n".join(out))
-print("\n".join(out))
+        return lines + [f"Not recorded yet: run `{command}`, then `python bench/make_results.py`.", ""]
+    return lines + [meta(d), "", "```", d["table"], "```", "", *notes, ""]
+
+
+def overhead_notes(d: dict) -> list[str]:
+    prof = d["profile_ms_per_step"]
+    extras = sum(v for k, v in prof.items() if k not in ("forward+backward", "optimizer+scheduler"))
+    verdict = "within" if d["passed"] else "OVER"
+    return [f"Median slowdown {100 * d['overhead']:.2f}% ({verdict} the {100 * d['max_overhead']:.0f}% limit); "
+            f"pro/bare ratio median {d['ratio']['median']:.3f}, range {d['ratio']['min']:.3f}-{d['ratio']['max']:.3f}. "
+            f"Timed directly, the extras (clip, NaN check, EMA, monitor, checkpoint pro rata) take {extras:.2f} ms "
+            f"of a {sum(prof.values()):.0f} ms step. What keeps them cheap: the monitor keeps values on the device and "
+            "reads them back once per flush, EMA and clipping use `torch._foreach_*` kernels. The one per-step host read "
+            "is the NaN guard (`clip.is_finite()`): free on CPU, one sync per step on a GPU (GradScaler does the same)."]
+
+
+sections = [
+    section("1. Overhead of the professional loop (`bench/overhead.py`)", load("overhead"), "python bench/overhead.py",
+            overhead_notes(load("overhead")) if load("overhead") else []),
+    section("2. Checkpoint cost (`bench/checkpoint_cost.py`)", load("checkpoint_cost"), "python bench/checkpoint_cost.py",
+            ["A managed save serialises to memory, hashes (SHA-256) and fsyncs before renaming; a plain `torch.save` "
+             "returns before the data is durable, which is most of the gap on the large model. `load_verified` reads and "
+             "hashes the whole file before loading it. The save is synchronous, so the loop stalls for it; the last "
+             "column is what one save per 200 steps costs."]),
+    section("3. Resume cost (`bench/resume_cost.py`)", load("resume_cost"), "python bench/resume_cost.py",
+            ["Start-up is dominated by importing torch and building the data; finding, verifying and loading the "
+             "checkpoint adds the difference between the two rows."]),
+    section("4. AMP on this device (`bench/amp.py`)", load("amp_cpu"), "python bench/amp.py",
+            ["On a CPU without bf16/fp16 matrix units (no AVX512-BF16/AMX) autocast only adds casts, so fp32 is fastest "
+             "there; that is why `--amp auto` means off on CPU. The memory column is process RSS growth, a weak proxy "
+             "(the allocator reuses memory), not an allocator peak. The second table holds on any device: without a "
+             "GradScaler, fp16 gradients of a small loss underflow to zero and the step changes no weight.",
+             "", "### GPU", "",
+             "Not run yet (no GPU was available): `bash bench/gpu_check.sh` on a CUDA machine writes the same AMP table "
+             "with `torch.cuda.max_memory_allocated`, runs every solution notebook under nbval and the deterministic "
+             "kill-and-resume check, into `bench/results/gpu_check/`."]),
+    section("5. Test-suite time (`bench/suite_time.py`)", load("suite_time"), "python bench/suite_time.py",
+            ["Seconds per test file or notebook (nbval: one notebook = one file), from one run of the README's test "
+             "command. The budget is 10 minutes for the suite and 90 s per notebook."]),
+]
+header = ["# Performance", "",
+          "Every table is the verbatim output of the command above it (also in `bench/results/<name>.json`); the scripts "
+          "interleave the variants they compare and report medians, so the ratios are the numbers to read. Scripts "
+          "other than `overhead.py` run torch with one thread by default (`--threads 0` for torch's default).", ""]
+text = "\n".join(header + [line for s in sections for line in s])
+(BENCH / "RESULTS.md").write_text(text)
+print(text)

@@ -18,8 +18,8 @@ the end of each repeat without one; every save is timed on its own and charged p
 (``median save seconds * steps / ckpt_every``), which is what a save every N steps costs
 per step, whatever the repeat length.
 
-Threads: ``--threads 1`` by default (see its help); use ``--threads 0`` for torch's
-default on a quiet machine. Fewer threads make each step slower, so a fixed per-step
+Threads: torch's default by default; use ``--threads 1`` on a shared, busy machine (two
+OpenMP threads on two busy cores wait for each other at every op). Fewer threads make each step slower, so a fixed per-step
 overhead is a smaller fraction; the profile table shows the absolute ms per part.
 
 Exit status 1 when the median (over repeats) slowdown exceeds ``--max-overhead`` (3%).
@@ -299,11 +299,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=200)
     p.add_argument("--log-every", type=int, default=20)
-    p.add_argument("--max-overhead", type=float, default=0.03, help="allowed median slowdown (0.03 = 3%)")
+    p.add_argument("--max-overhead", type=float, default=0.03, help="allowed median slowdown (0.03 = 3%%)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch.set_num_threads (0: torch's default). 1 by default: on a shared 2-core machine "
-                        "two OpenMP threads wait for each other at every op and timings get 10-100x noisier")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads (0: torch's default). Use 1 on a shared, busy machine: "
+                        "two OpenMP threads on two busy cores wait for each other at every op")
     p.add_argument("--json", default=None, help="output file (default bench/results/overhead.json)")
     return p.parse_args(argv)
 
