@@ -29,7 +29,6 @@ import json
 import math
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.checks import expect, passed
+from course_utils.monitor import read_metrics
 
 # Tiny runs: the smallest model on 10% of the data, a handful of steps.
 SMALL_RUN = ["--model", "tiny", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "1000"]
@@ -102,11 +102,7 @@ def read_train_records(out: Path) -> dict[int, dict[str, Any]]:
     path = out / "metrics.jsonl"
     expect(path.exists(), f"{path.name} 出现在 --out 目录里", "没有这个文件")
     records: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for rec in read_metrics(path):
         if not isinstance(rec, dict) or rec.get("split", "train") != "train" or "loss" not in rec:
             continue
         expect("step" in rec, "每条训练记录都有 step", f"记录 {rec}")
@@ -199,13 +195,9 @@ def check_clipping(script: str | os.PathLike) -> None:
 
 
 def _max_step(path: Path) -> int:
-    best = 0
-    if path.exists():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            m = re.search(r'"step"\s*:\s*(\d+)', line)
-            if m and '"val"' not in line:
-                best = max(best, int(m.group(1)))
-    return best
+    steps = [int(r["step"]) for r in read_metrics(path)
+             if isinstance(r, dict) and "step" in r and r.get("split", "train") != "val"]
+    return max(steps, default=0)
 
 
 def check_resume(script: str | os.PathLike, total_steps: int = 60, kill_after: int = 25, every: int = 10) -> None:
