@@ -4,6 +4,6 @@ Set before any kernel starts, so notebook kernels inherit them.
 """
 import os
 
-os.environ.setdefault("COURSE_FAST", "1")      # small sizes, same code path
-os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network
-os.environ.setdefault("WANDB_SILENT", "true")
+from course_tools.quiet import quiet_environ
+
+os.environ.update(quiet_environ())  # small sizes, same code path; wandb offline and silent

@@ -24,6 +24,22 @@ if str(REPO) not in sys.path:  # course_utils importable without an editable ins
     sys.path.insert(0, str(REPO))
 
 
+PRO_SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
+
+
+def load_pro_script() -> Any:
+    """The professional script as a module (its ``train_step`` is what the benches measure).
+
+    Loaded from its file, not copied: a bench must time the real code.
+    """
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_cifar_pro", PRO_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
 def cpu_model() -> str:
     """``lscpu``'s model name (falls back to /proc/cpuinfo, then platform)."""
     try:

@@ -42,16 +42,17 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import format_table, header, machine_info, spread, write_json  # noqa: E402
+from _common import format_table, header, load_pro_script, machine_info, spread, write_json  # noqa: E402
 
-from course_utils.amp import autocast, make_grad_scaler  # noqa: E402
+from course_utils.amp import make_grad_scaler  # noqa: E402
 from course_utils.checkpoint import CheckpointManager, training_state  # noqa: E402
-from course_utils.clipping import clip_gradients  # noqa: E402
 from course_utils.data import MEAN, STD, synthetic_cifar10  # noqa: E402
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.models import build_model, count_parameters  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.schedule import make_scheduler  # noqa: E402
+
+PRO = load_pro_script()  # the script's own train_step: the bench measures the real code
 
 
 @dataclass
@@ -137,12 +138,14 @@ class ProArm:
         self.save_times: list[float] = []
         self.profile = profile
         self.timers: dict[str, float] = {}
+        self._last = 0.0
 
-    def _tick(self, name: str, since: float) -> float:
+    def _phase(self, name: str) -> None:
+        """Charge the time since the previous phase mark to ``name`` (``train_step``'s ``phase`` hook)."""
         now = time.perf_counter()
         if self.profile:
-            self.timers[name] = self.timers.get(name, 0.0) + now - since
-        return now
+            self.timers[name] = self.timers.get(name, 0.0) + now - self._last
+        self._last = now
 
     def save(self) -> float:
         """One full checkpoint, as the script's ``save()``: flush the monitor, then save."""
@@ -162,31 +165,17 @@ class ProArm:
 
     def step(self) -> float:
         """Seconds for one step, excluding a checkpoint save if one fell on this step."""
-        setup, model, optimizer, scaler, tick = self.setup, self.model, self.optimizer, self.scaler, self._tick
         _sync(self.device)
-        start = t0 = time.perf_counter()
+        start = time.perf_counter()
+        self._last = start
         x, y = self.batches[self.step_count % len(self.batches)]
-        with autocast(self.device, self.amp_dtype):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float(), y)  # loss in fp32
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        t0 = tick("forward+backward", t0)
-        clip = clip_gradients(model.parameters(), setup.clip, scaler=scaler, optimizer=optimizer)
-        lr = optimizer.param_groups[0]["lr"]
-        t0 = tick("clip", t0)
-        skipped = not clip.is_finite()  # the script's bf16/fp32 NaN guard: one host read per step
-        t0 = tick("isfinite check", t0)
-        if not skipped:
-            optimizer.step()
-            self.scheduler.step()
-            t0 = tick("optimizer+scheduler", t0)
-            if self.ema is not None:
-                self.ema.update(model)
-                t0 = tick("ema", t0)
+        result = PRO.train_step(self.model, x, y, optimizer=self.optimizer, scheduler=self.scheduler,
+                                scaler=self.scaler, ema=self.ema, device=self.device, amp_dtype=self.amp_dtype,
+                                clip=self.setup.clip, phase=self._phase)
         self.step_count += 1
-        self.monitor.log_step(self.step_count, 0, loss, clip.norm, clip.clipped, lr, len(y), skipped=skipped)
-        t0 = tick("monitor", t0)
+        self.monitor.log_step(self.step_count, 0, result.loss, result.clip.norm, result.clip.clipped, result.lr,
+                              len(y), skipped=result.skipped)
+        self._phase("monitor")
         saved = 0.0
         if self.manager.should_save(self.step_count):
             saved = self.save()

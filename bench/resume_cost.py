@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
+
+from course_tools.quiet import quiet_environ  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
 
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    env = {**os.environ, "COURSE_FAST": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    env = {**quiet_environ(override=True), "PYTHONUNBUFFERED": "1"}
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
     import torch  # for machine info only

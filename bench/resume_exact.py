@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, write_json  # noqa: E402
+
+from course_tools.quiet import quiet_environ  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="keep the run folders here (default: a temp folder)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    env = {**os.environ, "COURSE_FAST": "1", "WANDB_MODE": "offline"}
+    env = quiet_environ(override=True)
     common = ["--batch-size", "32", "--data-fraction", "0.2", "--log-every", "1", "--no-progress",
               "--max-steps", str(args.steps), "--ckpt-every-steps", str(args.ckpt_every), "--device", args.device,
               "--amp", args.amp, "--epochs", "100"]

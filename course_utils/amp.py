@@ -16,12 +16,18 @@ Example::
     with autocast(device, dtype):
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
+
+Taught in ``01_amp`` §2–6.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+
+__all__ = ["DTYPES", "autocast_dtype", "needs_grad_scaler", "make_grad_scaler", "autocast", "dtype_table",
+           "format_dtype_table"]
+
 
 DTYPES = {"off": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

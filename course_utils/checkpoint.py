@@ -23,11 +23,13 @@ Example::
     manager = CheckpointManager(out / "checkpoints", every_steps=500, every_seconds=3600)
     found = manager.load_latest()
     if found:
-        meta = restore_training_state(found, model=model, optimizer=opt, scheduler=sched)
+        meta = restore_training_state(found.state, model=model, optimizer=opt, scheduler=sched)
     ...
     if manager.should_save(step):
         manager.save(training_state(model=model, optimizer=opt, scheduler=sched, epoch=e, step=step,
                                     batch_in_epoch=b), step)
+
+Taught in ``04_checkpoint_resume`` §2–5.
 """
 from __future__ import annotations
 
@@ -35,18 +37,31 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import signal
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from course_utils.repro import rng_state, set_rng_state
 
+__all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "atomic_write_bytes", "save_verified",
+           "load_verified", "CheckpointManager", "training_state", "check_model_compatible",
+           "restore_training_state", "StopSignal"]
+
+
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+
+class LoadedCheckpoint(NamedTuple):
+    """What ``CheckpointManager.load_latest`` found: the file and its state dict."""
+
+    path: Path
+    state: dict[str, Any]
 
 
 class CorruptCheckpointError(RuntimeError):
@@ -140,12 +155,27 @@ class CheckpointManager:
             self.best_metric = float(metric)
         state = {**state, "best_metric": self.best_metric}
         path = self.directory / f"step_{step:08d}.pt"
-        save_verified(state, path)
+        digest = save_verified(state, path)
         if improved:
-            save_verified(state, self.directory / "best.pt")
+            self._publish_best(path, digest)
         self._prune()
         self._last_save_time = time.monotonic()
         return path
+
+    def _publish_best(self, path: Path, digest: str) -> None:
+        """Make ``best.pt`` the same bytes as ``path`` without serialising twice: a hard link
+        (no extra disk space) where the file system allows it, a copy otherwise; atomic either way."""
+        best = self.directory / "best.pt"
+        tmp = best.with_name(f".{best.name}.tmp-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:  # no hard links here (some network and FAT file systems)
+            shutil.copyfile(path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, best)
+        atomic_write_bytes(best.with_name(best.name + ".sha256"), f"{digest}  {best.name}\n".encode())
 
     def _prune(self) -> None:
         for old in self.checkpoints()[:-self.keep_last]:
@@ -154,10 +184,11 @@ class CheckpointManager:
             old.unlink(missing_ok=True)
             old.with_name(old.name + ".sha256").unlink(missing_ok=True)
 
-    def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
-        """The newest checkpoint that passes its checksum, or None. Skipped files are warned about.
+    def load_latest(self, map_location: str | torch.device = "cpu") -> LoadedCheckpoint | None:
+        """The newest checkpoint that passes its checksum as ``(path, state)``, or None.
 
-        The file loaded becomes protected: pruning never deletes it.
+        Skipped (corrupt) files are warned about. The file loaded becomes protected:
+        pruning never deletes it.
         """
         for path in reversed(self.checkpoints()):
             try:
@@ -167,8 +198,7 @@ class CheckpointManager:
                 continue
             self.protected = path
             self.best_metric = state.get("best_metric")
-            state["_path"] = str(path)
-            return state
+            return LoadedCheckpoint(path, state)
         return None
 
 

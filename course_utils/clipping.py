@@ -18,6 +18,8 @@ Example::
     result = clip_gradients(model.parameters(), 1.0, scaler=scaler, optimizer=opt)
     if result.is_finite():              # one host read; GradScaler does the same
         scaler.step(opt)
+
+Taught in ``02_grad_clipping`` §4.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import torch
+
+__all__ = ["ClipResult", "global_grad_norm", "clip_gradients"]
 
 
 @dataclass
@@ -41,12 +45,11 @@ class ClipResult:
 
 
 def global_grad_norm(parameters: Iterable[torch.nn.Parameter]) -> torch.Tensor:
-    """L2 norm of all gradients seen as one vector (a 0-d tensor; no clipping)."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.tensor(0.0)
-    norms = torch._foreach_norm(grads, 2.0)
-    return torch.linalg.vector_norm(torch.stack([n.to(grads[0].device) for n in norms]), 2.0)
+    """L2 norm of all gradients seen as one vector (a 0-d tensor; no clipping).
+
+    ``torch.nn.utils.get_total_norm`` takes the gradients themselves, not the parameters.
+    """
+    return torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None], 2.0)
 
 
 def clip_gradients(parameters: Iterable[torch.nn.Parameter], max_norm: float | None,

@@ -16,6 +16,8 @@ Example::
     train = load_cifar10(train=True)            # prints the source
     small = take_fraction(train, 0.05)          # the "5% data" rule
     loader = make_loader(small, 128, seed=0, epoch=3, start_batch=10)
+
+Taught in ``00_start_here`` §2 (which data), ``05_reproducibility`` §2 (``make_loader``), ``07_single_batch_overfit`` §3–4 (label corruption, 5% of the data).
 """
 from __future__ import annotations
 
@@ -29,6 +31,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from course_utils.env import by_size
+
+__all__ = ["CLASSES", "MEAN", "STD", "CIFAR_FOLDER", "SYSTEMATIC_SWAP", "CIFARArrays", "default_data_root",
+           "load_cifar10", "synthetic_cifar10", "take_fraction", "corrupt_labels", "epoch_order",
+           "EpochSampler", "make_loader", "batches_per_epoch"]
+
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)

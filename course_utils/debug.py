@@ -12,6 +12,8 @@ Example::
     assert losses[-1] < 0.05
     show_samples(x, y, classes)
     print(sanity_report(model, x, y))
+
+Taught in ``07_single_batch_overfit`` §1–3.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils.data import MEAN, STD
+
+__all__ = ["overfit_one_batch", "denormalize", "show_samples", "params_without_grad", "sanity_report"]
 
 
 def overfit_one_batch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 200, lr: float = 3e-3,

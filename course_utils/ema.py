@@ -22,6 +22,8 @@ Example::
         ...; opt.step(); ema.update(model)
     evaluate(ema.module)                 # or: with ema.swapped_into(model): evaluate(model)
     ckpt = {"model": model.state_dict(), "ema": ema.state_dict()}
+
+Taught in ``03_ema`` §1–3.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from typing import Iterator
 
 import torch
 from torch import nn
+
+__all__ = ["EMA"]
 
 
 class EMA:
@@ -60,7 +64,14 @@ class EMA:
         if self.num_updates == 0:
             torch._foreach_copy_(ema_params, live_params)
         else:
-            torch._foreach_lerp_(ema_params, live_params, 1.0 - self.current_decay())
+            weight = 1.0 - self.current_decay()
+            # the fused lerp takes float/complex tensors only (as in torch.optim.swa_utils)
+            lerp = [(e, p) for e, p in zip(ema_params, live_params) if e.is_floating_point() or e.is_complex()]
+            if lerp:
+                torch._foreach_lerp_([e for e, _ in lerp], [p for _, p in lerp], weight)
+            for e, p in zip(ema_params, live_params):
+                if not (e.is_floating_point() or e.is_complex()):
+                    e.copy_(p)  # an integer parameter cannot be averaged: follow the live model
         for ema_buf, buf in zip(self.module.buffers(), model.buffers()):
             ema_buf.copy_(buf)
         self.num_updates += 1

@@ -8,6 +8,8 @@ Example::
     from course_utils.env import pick_device, by_size
     device = pick_device()              # cuda, then mps, then cpu
     steps = by_size(full=2000, fast=60)
+
+Taught in ``00_start_here`` §1 (the environment table) and every notebook's first cell.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ import platform
 from typing import TypeVar
 
 import torch
+
+__all__ = ["is_fast", "by_size", "pick_device", "device_name", "supports_bf16", "environment_rows",
+           "environment_table"]
+
 
 T = TypeVar("T")
 

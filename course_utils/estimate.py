@@ -12,6 +12,8 @@ Example::
     est = estimate_training_time(50_000, epochs=30, batch_size=128, steps_per_sec=tp.steps_per_sec,
                                  price_per_hour=2.4)
     print(est.summary())
+
+Taught in ``08_time_estimate`` §1–3.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+__all__ = ["Throughput", "measure_throughput", "training_hours", "Estimate", "estimate_training_time"]
 
 
 @dataclass
@@ -49,6 +53,15 @@ def measure_throughput(step_fn: Callable[[], object], batch_size: int, steps: in
         step_fn()
     sync()
     return Throughput(steps=steps, seconds=time.perf_counter() - start, batch_size=batch_size)
+
+
+def training_hours(num_samples: float, epochs: float, batch_size: int, steps_per_sec: float) -> float:
+    """Hours of a run: ``num_samples * epochs / batch_size`` optimizer steps at ``steps_per_sec``.
+
+    The one place the formula is written; everything else (``estimate_training_time``,
+    the notebook checks) calls it. ``steps_per_sec`` counts optimizer steps, not samples.
+    """
+    return num_samples * epochs / (batch_size * steps_per_sec * 3600)
 
 
 @dataclass
@@ -83,7 +96,7 @@ def estimate_training_time(num_samples: int, epochs: float, batch_size: int, *, 
         if samples_per_sec <= 0:
             raise ValueError(f"吞吐应为正数,实际是 {samples_per_sec}")
         steps_per_sec = samples_per_sec / batch_size
-        wrong_hours = num_samples * epochs / (batch_size * samples_per_sec * 3600)
+        wrong_hours = training_hours(num_samples, epochs, batch_size, samples_per_sec)
         note = (f"⚠️ 单位陷阱: 吞吐按 samples/s 给出 ({samples_per_sec:g}),即 {steps_per_sec:.4g} 步/秒。"
                 f"若误当成 步/秒 代入公式,会得到 {wrong_hours:.2f} 小时,少算了 {batch_size} 倍。")
         if verbose:
@@ -91,6 +104,6 @@ def estimate_training_time(num_samples: int, epochs: float, batch_size: int, *, 
     elif steps_per_sec <= 0:
         raise ValueError(f"吞吐应为正数,实际是 {steps_per_sec}")
     total_steps = -(-int(num_samples * epochs) // batch_size)
-    hours = num_samples * epochs / (batch_size * steps_per_sec * 3600)
+    hours = training_hours(num_samples, epochs, batch_size, steps_per_sec)
     cost = hours * price_per_hour if price_per_hour is not None else None
     return Estimate(total_steps=total_steps, hours=hours, cost=cost, steps_per_sec=steps_per_sec, note=note)

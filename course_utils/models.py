@@ -8,11 +8,15 @@ second on two CPU cores.
 Example::
 
     model = build_model("small")      # or "tiny"
+
+Taught in ``00_start_here`` §3–4; every notebook trains them.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+__all__ = ["SmallCNN", "TinyCNN", "MODELS", "build_model", "count_parameters"]
 
 
 def _block(c_in: int, c_out: int) -> nn.Sequential:

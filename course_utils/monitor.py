@@ -21,6 +21,8 @@ Example::
     with mon.paused():
         mon.log_eval(step, epoch, acc=0.71)
     mon.close()
+
+Taught in ``06_monitoring`` §4–5.
 """
 from __future__ import annotations
 
@@ -37,6 +39,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
+
+__all__ = ["LOGGERS", "SpikeDetector", "peak_memory_mb", "read_metrics", "JsonlSink", "TensorBoardSink",
+           "WandbSink", "ProgressSink", "Monitor", "wandb_mode"]
+
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 
@@ -97,8 +103,114 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
+class JsonlSink:
+    """One JSON object per line in ``metrics.jsonl``; on resume, records after the resumed step are dropped."""
+
+    def __init__(self, path: Path, resume_step: int | None = None) -> None:
+        self.path = path
+        if resume_step is not None:
+            kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, path)
+        elif path.exists():
+            path.unlink()
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The numeric fields of a record, named ``<split>/<field>`` (TensorBoard and wandb tags)."""
+    return {f"{record['split']}/{k}": v for k, v in record.items()
+            if k not in ("split", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class TensorBoardSink:
+    """Scalars under ``out/tensorboard``; on resume, events after the resumed step are purged."""
+
+    def __init__(self, out: Path, resume_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+        self._writer = SummaryWriter(str(out / "tensorboard"),
+                                     purge_step=None if resume_step is None else resume_step + 1)
+
+    def write(self, record: dict[str, Any]) -> None:
+        for tag, value in _scalars(record).items():
+            self._writer.add_scalar(tag, value, record["step"])
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    """A wandb run (offline without an account); the run id is kept in the folder so ``--resume`` continues it."""
+
+    def __init__(self, out: Path, project: str, config: dict) -> None:
+        self._run = _start_wandb(out, project, config)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._run is not None:
+            self._run.log(_scalars(record), step=record["step"])
+
+    def alert(self, title: str, text: str) -> None:
+        if self._run is not None:
+            with contextlib.suppress(Exception):  # an alert must never stop training
+                self._run.alert(title=title, text=text)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+
+
+class ProgressSink:
+    """A tqdm bar: one tick per training record, the latest values as its postfix."""
+
+    def __init__(self, total_steps: int | None, resume_step: int | None = None) -> None:
+        from tqdm.auto import tqdm
+        self._bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if record["split"] == "train":
+            sps = record["samples_per_sec"]
+            smooth = record["loss_smooth"]
+            self._bar.set_postfix(loss=f"{record['loss']:.3f}", smooth=f"{smooth if smooth is not None else float('nan'):.3f}",
+                                  gnorm=f"{record['grad_norm']:.2f}", lr=f"{record['lr']:.2e}",
+                                  sps=f"{sps:.0f}" if sps else "-", refresh=False)
+            self._bar.update(1)
+        else:
+            self._bar.write("eval @ step {}: {}".format(record["step"], ", ".join(
+                f"{k}={v:.4f}" for k, v in record.items() if k not in ("split", "step", "epoch"))))
+
+    def print(self, message: str) -> None:
+        self._bar.write(message)
+
+    def flush(self) -> None:
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
+
 class Monitor:
-    """Collects per-step metrics on the device and writes them every ``flush_every`` steps."""
+    """Computes per-step metrics (smoothing, samples/s, peak memory, spike alarms) and writes them to sinks.
+
+    Values stay on the device until ``flush`` (every ``flush_every`` steps: one host sync).
+    Sinks: ``JsonlSink`` always, ``TensorBoardSink`` / ``WandbSink`` as ``loggers`` asks,
+    ``ProgressSink`` when ``progress`` is on.
+    """
 
     def __init__(self, out_dir: str | os.PathLike, loggers: Iterable[str] = ("jsonl",), *, flush_every: int = 20,
                  smoothing: float = 0.98, device: torch.device | str = "cpu", total_steps: int | None = None,
@@ -121,28 +233,15 @@ class Monitor:
         self._window_samples = 0
         self._paused = 0.0
         self.path = self.out / "metrics.jsonl"
-        if resume_step is not None:
-            self._truncate_after(resume_step)
-        elif self.path.exists():
-            self.path.unlink()
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._tb = self._wandb = None
+        self.sinks: list[Any] = [JsonlSink(self.path, resume_step)]
         if "tensorboard" in self.loggers:
-            from torch.utils.tensorboard import SummaryWriter
-            self._tb = SummaryWriter(str(self.out / "tensorboard"),
-                                     purge_step=None if resume_step is None else resume_step + 1)
-        if "wandb" in self.loggers:
-            self._wandb = _start_wandb(self.out, project, config or {})
-        self._bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            self._bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True)
-
-    def _truncate_after(self, step: int) -> None:
-        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+            self.sinks.append(TensorBoardSink(self.out, resume_step))
+        self._wandb = WandbSink(self.out, project, config or {}) if "wandb" in self.loggers else None
+        if self._wandb is not None:
+            self.sinks.append(self._wandb)
+        self._progress = ProgressSink(total_steps, resume_step) if progress else None
+        if self._progress is not None:
+            self.sinks.append(self._progress)
 
     def log_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor,
                  clipped: torch.Tensor | bool, lr: float, batch_size: int, skipped: bool = False) -> None:
@@ -183,45 +282,33 @@ class Monitor:
                            f"{statistics.median(self.grad_alarm.history):.4g}", step)
             records.append(record)
             self._write(record)
-        self._file.flush()
         self._pending.clear()
-        if self._bar is not None:
-            last = records[-1]
-            self._bar.set_postfix(loss=f"{last['loss']:.3f}", smooth=f"{(self.smooth or float('nan')):.3f}",
-                                  gnorm=f"{last['grad_norm']:.2f}", lr=f"{last['lr']:.2e}",
-                                  sps=f"{sps:.0f}" if sps else "-", refresh=False)
-            self._bar.update(len(records))
+        self._flush_sinks()
         return records
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        step, prefix = record["step"], record["split"]
-        scalars = {k: v for k, v in record.items()
-                   if k not in ("split", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if self._tb is not None:
-            for key, value in scalars.items():
-                self._tb.add_scalar(f"{prefix}/{key}", value, step)
-        if self._wandb is not None:
-            self._wandb.log({f"{prefix}/{k}": v for k, v in scalars.items()}, step=step)
+        for sink in self.sinks:
+            sink.write(record)
+
+    def _flush_sinks(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
 
     def log_eval(self, step: int, epoch: int, **metrics: float) -> dict[str, Any]:
         """Write an eval record (``"split": "val"``) right away."""
         self.flush()
         record = {"split": "val", "step": step, "epoch": epoch, **{k: float(v) for k, v in metrics.items()}}
         self._write(record)
-        self._file.flush()
-        if self._bar is not None:
-            self._bar.write("eval @ step {}: {}".format(step, ", ".join(f"{k}={v:.4f}" for k, v in metrics.items())))
+        self._flush_sinks()
         return record
 
     def alert(self, title: str, text: str, step: int | None = None) -> None:
         """A loud console line, remembered in ``alerts``, and a wandb alert when wandb is on."""
         self.alerts.append({"title": title, "text": text, "step": step})
         message = f"⚠️  [ALERT] {title}: {text}"
-        (self._bar.write if self._bar is not None else print)(message)
+        (self._progress.print if self._progress is not None else print)(message)
         if self._wandb is not None:
-            with contextlib.suppress(Exception):
-                self._wandb.alert(title=title, text=text)
+            self._wandb.alert(title, text)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -243,13 +330,8 @@ class Monitor:
 
     def close(self) -> None:
         self.flush()
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.finish()
-        if self._bar is not None:
-            self._bar.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def wandb_mode() -> str:

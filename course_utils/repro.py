@@ -14,6 +14,8 @@ Example::
     set_seed(0)
     state = rng_state()       # put it into the checkpoint
     set_rng_state(state)      # on resume: every generator continues where it was
+
+Taught in ``05_reproducibility`` §1–4.
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+__all__ = ["set_seed", "set_deterministic", "rng_state", "set_rng_state", "git_commit", "run_config",
+           "dump_run_config"]
 
 
 def set_seed(seed: int) -> None:

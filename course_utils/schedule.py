@@ -9,12 +9,16 @@ Example::
     sched = make_scheduler(opt, warmup_steps=100, total_steps=10_000)
     for step in range(total):
         ...; opt.step(); sched.step()
+
+Taught in ``06_monitoring`` §2 (the warm-up bug).
 """
 from __future__ import annotations
 
 import math
 
 import torch
+
+__all__ = ["warmup_cosine", "lr_at", "make_scheduler"]
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.1) -> float:

@@ -2,8 +2,8 @@
 import copy
 import json
 import math
+import os
 import random
-import warnings
 
 import numpy as np
 import pytest
@@ -212,7 +212,8 @@ def test_retention_keeps_last_two_plus_best_and_protected(tmp_path):
     assert torch.load(tmp_path / "best.pt", weights_only=True)["step"] == 2 and mgr.best_metric == 0.9
     assert not (tmp_path / "step_00000001.pt.sha256").exists()
     resumed = checkpoint.CheckpointManager(tmp_path, keep_last=2)
-    assert resumed.load_latest()["step"] == 4 and resumed.best_metric == 0.9
+    found = resumed.load_latest()
+    assert found.state["step"] == 4 and found.path == tmp_path / "step_00000004.pt" and resumed.best_metric == 0.9
     resumed.protected = tmp_path / "step_00000003.pt"
     for step in (5, 6):
         resumed.save(_state(step), step)
@@ -234,8 +235,8 @@ def test_damaged_newest_checkpoint_is_skipped(tmp_path, damage):
     else:
         newest.with_name(newest.name + ".sha256").unlink()
     with pytest.warns(UserWarning, match="跳过损坏的检查点"):
-        state = checkpoint.CheckpointManager(tmp_path).load_latest()
-    assert state["step"] == 1
+        path, state = checkpoint.CheckpointManager(tmp_path).load_latest()
+    assert state["step"] == 1 and path.name == "step_00000001.pt"
     with pytest.raises(checkpoint.CorruptCheckpointError):
         checkpoint.load_verified(newest)
 
@@ -358,3 +359,61 @@ def test_monitor_wandb_offline(tmp_path, monkeypatch):
     mon.close()
     run_id = (tmp_path / "wandb_run_id.txt").read_text()
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}")), "an offline run folder for `wandb sync`"
+
+
+def test_best_is_the_same_file_not_a_second_serialisation(tmp_path, monkeypatch):
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=1)
+    saves = []
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (saves.append(1), real_save(*a, **k))[1])
+    newest = mgr.save(_state(1), 1, metric=0.5)
+    assert len(saves) == 1, "best.pt must not be serialised a second time"
+    best = tmp_path / "best.pt"
+    assert os.path.samefile(best, newest), "a hard link where the file system allows it"
+    assert checkpoint.load_verified(best)["step"] == 1
+    mgr.save(_state(2), 2, metric=0.4)  # not better: step 1 is pruned, best keeps its bytes
+    assert not newest.exists() and checkpoint.load_verified(best)["step"] == 1
+
+
+def test_best_falls_back_to_a_copy_without_hard_links(tmp_path, monkeypatch):
+    def no_links(*args):
+        raise OSError("hard links not supported")
+    monkeypatch.setattr(os, "link", no_links)
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=1)
+    newest = mgr.save(_state(3), 3, metric=0.9)
+    best = tmp_path / "best.pt"
+    assert not os.path.samefile(best, newest) and best.read_bytes() == newest.read_bytes()
+    assert checkpoint.load_verified(best)["step"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "best.pt.sha256", "step_00000003.pt",
+                                                          "step_00000003.pt.sha256"]
+
+
+def test_ema_leaves_integer_parameters_to_the_live_model():
+    model = torch.nn.Linear(2, 2)
+    model.register_parameter("count", torch.nn.Parameter(torch.tensor([3]), requires_grad=False))
+    averaged = EMA(model, decay=0.9)
+    averaged.update(model)
+    with torch.no_grad():
+        model.count.fill_(7)
+        model.weight.add_(1.0)
+    averaged.update(model)  # the fused lerp would raise on an integer tensor
+    assert averaged.module.count.item() == 7
+    assert torch.allclose(averaged.module.weight, model.weight - 0.9)
+
+
+def test_monitor_sinks_each_receive_every_record(tmp_path):
+    mon = monitor.Monitor(tmp_path, loggers=("tensorboard",), flush_every=2, progress=False)
+    assert [type(s).__name__ for s in mon.sinks] == ["JsonlSink", "TensorBoardSink"]
+    seen = []
+
+    class Recorder:
+        def write(self, record): seen.append(record["step"])
+        def flush(self): seen.append("flush")
+        def close(self): seen.append("close")
+
+    mon.sinks.append(Recorder())
+    for step in range(1, 4):
+        mon.log_step(step, 0, torch.tensor(1.0), torch.tensor(0.5), False, 0.1, 8)
+    mon.log_eval(3, 0, acc=0.5)
+    mon.close()
+    assert seen == [1, 2, "flush", 3, "flush", 3, "flush", "close"]

@@ -1,4 +1,4 @@
-"""The instructor grader (course_utils.grade) on a tiny reference notebook pair.
+"""The instructor grader (course_tools.grade) on a tiny reference notebook pair.
 
 tests/fixtures/grading/solutions/01_fixture.ipynb has two exercises (add, square), each
 followed by a check cell, plus a solution-only cell. All submissions below are graded
@@ -14,8 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import grade
-from course_utils.release import learner_notebook
+from course_tools import grade
+from course_tools.release import learner_notebook
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "grading" / "solutions"
 NAME = "01_fixture.ipynb"

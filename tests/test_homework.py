@@ -1,10 +1,10 @@
-"""course_utils.homework checks the homework by behaviour: they pass on the reference
+"""course_tools.checks.nb10_homework checks the homework by behaviour: they pass on the reference
 solutions in solutions/homework/ and fail on the untouched baseline in notebooks/homework/."""
 from pathlib import Path
 
 import pytest
 
-from course_utils import homework
+from course_tools.checks import nb10_homework as homework
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "homework"

@@ -5,7 +5,7 @@ import re
 
 import nbformat
 
-from course_utils.release import render
+from course_tools.release import render
 from tests.notebook_cells import ROOT, tagged_sources
 
 NAME = "00_start_here.ipynb"
@@ -20,7 +20,7 @@ def _text(cell_type: str) -> str:
 def test_no_exercises_and_learner_copy_is_current():
     assert tagged_sources(SOLVED, "exercise") == []
     learner = ROOT / "notebooks" / NAME
-    assert learner.read_text(encoding="utf-8") == render(SOLVED), "notebooks/ 已过期: 运行 python -m course_utils.release"
+    assert learner.read_text(encoding="utf-8") == render(SOLVED), "notebooks/ 已过期: 运行 python -m course_tools.release"
 
 
 def test_chapter_map_lists_01_to_10():

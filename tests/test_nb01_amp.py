@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.checks.nb01_amp import check_amp_train_step, check_needs_scaler
+from course_tools.checks.nb01_amp import check_amp_train_step, check_needs_scaler
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "01_amp.ipynb"

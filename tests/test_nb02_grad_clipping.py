@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.checks.nb02_grad_clipping import HIDDEN_CANDIDATES, check_clip_audit, check_global_clip
+from course_tools.checks.nb02_grad_clipping import HIDDEN_CANDIDATES, check_clip_audit, check_global_clip
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "02_grad_clipping.ipynb"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.checks.nb03_ema import check_ema_update
+from course_tools.checks.nb03_ema import check_ema_update
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "03_ema.ipynb"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.checks.nb04_checkpoint_resume import check_resume_equivalence
+from course_tools.checks.nb04_checkpoint_resume import check_resume_equivalence
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "04_checkpoint_resume.ipynb"
@@ -113,7 +113,7 @@ def test_wrong_answers_would_change_the_losses():
     """Beyond the diagnostics: without the optimizer, scheduler or RNG the resumed losses really differ."""
     import torch
 
-    from course_utils.checks import nb04_checkpoint_resume as m
+    from course_tools.checks import nb04_checkpoint_resume as m
 
     x, y = torch.randn(128, 12), torch.randint(0, 4, (128,))
     for keep in ({"scheduler", "rng"}, {"optimizer", "rng"}, {"optimizer", "scheduler"}):

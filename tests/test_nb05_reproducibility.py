@@ -3,7 +3,7 @@ import pytest
 
 from tests.notebook_cells import exercise_pairs, run_source
 
-from course_utils.checks.nb05_reproducibility import check_set_seed
+from course_tools.checks.nb05_reproducibility import check_set_seed
 
 NAME = "05_reproducibility.ipynb"
 

@@ -3,7 +3,7 @@ import pytest
 
 from tests.notebook_cells import exercise_pairs, run_source
 
-from course_utils.checks.nb06_monitoring import check_find_spikes
+from course_tools.checks.nb06_monitoring import check_find_spikes
 
 NAME = "06_monitoring.ipynb"
 

@@ -1,7 +1,7 @@
 """The checks of 07_single_batch_overfit pass on the solutions and fail on stubs and typical wrong answers."""
 import pytest
 
-from course_utils.checks import nb07_single_batch_overfit as checks
+from course_tools.checks import nb07_single_batch_overfit as checks
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "07_single_batch_overfit.ipynb"

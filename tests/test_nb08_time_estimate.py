@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from course_utils.checks.nb08_time_estimate import check_estimate_hours, reference_hours
+from course_tools.checks.nb08_time_estimate import check_estimate_hours
+from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
 from tests.notebook_cells import exercise_pairs, run_source
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.checks import nb09_self_test as checks
-from course_utils.quiz import check
+from course_tools.checks import nb09_quiz as checks
+from course_tools.quiz import check
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "09_self_test.ipynb"

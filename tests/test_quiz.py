@@ -1,9 +1,9 @@
-"""course_utils.quiz: judging answers, the plain-text route and the widgets (buttons clicked in code)."""
+"""course_tools.quiz: judging answers, the plain-text route and the widgets (buttons clicked in code)."""
 from __future__ import annotations
 
 import pytest
 
-from course_utils.quiz import Question, Quiz, check, parse_answers
+from course_tools.quiz import Question, Quiz, check, parse_answers
 
 
 def _quiz():
@@ -78,7 +78,7 @@ def test_widgets_check_and_reveal_buttons():
 
 
 def test_show_bundle_has_widget_and_text_fallback():
-    from course_utils.quiz import _WithTextFallback
+    from course_tools.quiz import _WithTextFallback
 
     quiz = _quiz()
     bundle = _WithTextFallback(quiz.widget("a"), quiz.text("a"))._repr_mimebundle_()

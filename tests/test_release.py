@@ -1,7 +1,8 @@
 """The release tool: learner notebooks are generated from solutions/ and stay in sync."""
 import nbformat
+import pytest
 
-from course_utils import release
+from course_tools import release
 
 
 def test_notebooks_are_up_to_date_with_solutions(capsys):
@@ -32,3 +33,43 @@ def test_strip_solutions_keeps_indent_and_hint():
         assert "END SOLUTION" in str(exc)
     else:
         raise AssertionError("an unterminated solution block must be rejected")
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("### BEGIN SOLUTION\nx = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION\n### END SOLUTION", "嵌套"),
+    ("x = 1\n### END SOLUTION", "没有对应的"),
+    ("### BEGIN SOLUTION\nx = 1", "缺少"),
+    ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION trailing", "不能有其他文字"),
+])
+def test_malformed_solution_blocks_are_authoring_errors(source, problem):
+    with pytest.raises(release.AuthoringError, match=problem):
+        release.strip_solutions(source)
+
+
+def _notebook(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+def test_solution_block_outside_an_exercise_cell_names_notebook_and_cell():
+    untagged = nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION")
+    untagged.id = "forgot-tag"
+    with pytest.raises(release.AuthoringError, match=r"07_x\.ipynb 第 1 个格子\(id forgot-tag\).*exercise"):
+        release.learner_notebook(_notebook(nbformat.v4.new_markdown_cell("# t"), untagged), "07_x.ipynb")
+    nested = nbformat.v4.new_code_cell("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n### END SOLUTION",
+                                       metadata={"tags": ["exercise"]})
+    nested.id = "nested"
+    with pytest.raises(release.AuthoringError, match=r"id nested.*嵌套"):
+        release.learner_notebook(_notebook(nested), "01_y.ipynb")
+
+
+def test_release_main_reports_an_authoring_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    bad = nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
+    (tmp_path / "solutions").mkdir()
+    nbformat.write(_notebook(bad), tmp_path / "solutions" / "03_bad.ipynb")
+    monkeypatch.setattr(release, "SOLUTIONS", tmp_path / "solutions")
+    monkeypatch.setattr(release, "NOTEBOOKS", tmp_path / "notebooks")
+    assert release.main([]) == 2
+    assert "编写错误" in capsys.readouterr().err
+    assert not (tmp_path / "notebooks").exists()

@@ -14,16 +14,17 @@ What it adds to a plain loop, each visible below:
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler
 from course_utils.checkpoint import CheckpointManager, StopSignal, restore_training_state, training_state
-from course_utils.clipping import clip_gradients
+from course_utils.clipping import ClipResult, clip_gradients
 from course_utils.data import batches_per_epoch, load_cifar10, make_loader, take_fraction
 from course_utils.ema import EMA
 from course_utils.env import pick_device
@@ -85,6 +86,58 @@ def evaluate(model: torch.nn.Module, loader, device: torch.device, dtype) -> tup
     return correct / total, loss_sum / total
 
 
+@dataclass
+class StepResult:
+    """What one optimizer step reports; ``loss`` and ``clip`` stay on the device (no host sync)."""
+
+    loss: torch.Tensor
+    clip: ClipResult
+    lr: float
+    skipped: bool
+
+
+def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
+               scheduler, scaler: torch.amp.GradScaler, ema: EMA | None, device: torch.device, amp_dtype,
+               clip: float, inject_nan: bool = False, phase: Callable[[str], None] | None = None) -> StepResult:
+    """One optimizer step: forward under autocast, fp32 loss, backward, unscale + clip, step or skip.
+
+    A step whose gradients are not finite is skipped: fp16's GradScaler does it itself (and lowers
+    its scale); under bf16/fp32 nothing else would notice, so the pre-clip norm is checked here.
+    A skipped step advances neither the schedule nor the EMA. ``phase(name)`` is called after each
+    part (``bench/overhead.py`` uses it to attribute time); training passes nothing.
+    """
+    mark = phase or (lambda name: None)
+    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    with autocast(device, amp_dtype):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float(), y)  # loss in fp32
+    if inject_nan:
+        loss = loss * float("nan")
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    mark("forward+backward")
+    result = clip_gradients(model.parameters(), clip, scaler=scaler, optimizer=optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    mark("clip")
+    if scaler.is_enabled():  # fp16: the scaler skips inf/NaN steps and lowers its scale
+        scale_before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < scale_before
+    else:  # bf16/fp32: one host read of the norm's finiteness
+        skipped = not result.is_finite()
+        mark("isfinite check")
+        if not skipped:
+            optimizer.step()
+    if not skipped:
+        scheduler.step()
+        mark("optimizer+scheduler")
+        if ema is not None:
+            ema.update(model)
+            mark("ema")
+    return StepResult(loss=loss.detach(), clip=result, lr=lr, skipped=skipped)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -115,21 +168,23 @@ def main(argv: list[str] | None = None) -> int:
     manager = CheckpointManager(out / "checkpoints", keep_last=args.keep_last,
                                 every_steps=args.ckpt_every_steps, every_seconds=args.ckpt_every_seconds)
 
-    epoch = step = batch_in_epoch = 0
-    state = manager.load_latest(map_location=device) if args.resume else None
-    if args.resume and state is None:
+    step = 0  # optimizer steps done; epoch and position in the epoch follow from it
+    found = manager.load_latest(map_location=device) if args.resume else None
+    if args.resume and found is None:
         print(f"--resume: {out / 'checkpoints'} 里没有可用的检查点,从头开始")
-    if state is None:
+    if found is None:
         config = dump_run_config(out, vars(args), device, repo=Path(__file__).resolve().parent)
     else:
+        path, state = found
         meta = restore_training_state(state, model=model, optimizer=optimizer, scheduler=scheduler,
                                       scaler=scaler, ema=ema)
-        epoch, step, batch_in_epoch, config = meta["epoch"], meta["step"], meta["batch_in_epoch"], meta["config"]
-        print(f"从 {Path(state['_path']).name} 续训: epoch {epoch}, step {step}, epoch 内第 {batch_in_epoch} 个 batch")
+        step, config = meta["step"], meta["config"]
+        print(f"从 {path.name} 续训: step {step}(epoch {step // steps_per_epoch},"
+              f"epoch 内第 {step % steps_per_epoch} 个 batch)")
     monitor = Monitor(out, args.logger or ["jsonl"], flush_every=args.log_every, device=device,
-                      total_steps=total_steps, resume_step=step if state else None, config=config,
+                      total_steps=total_steps, resume_step=step if found else None, config=config,
                       progress=not args.no_progress)
-    if state is not None:
+    if found is not None:
         monitor.load_state_dict(state["extra"]["monitor"])
     print(f"device={device} amp={amp_dtype or 'off'} steps={total_steps} ({steps_per_epoch}/epoch) "
           f"train={len(train_ds)} test={len(test_ds)} source={train_ds.source}")
@@ -138,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         with monitor.paused():
             monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
             manager.save(training_state(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                                        ema=ema, epoch=epoch, step=step, batch_in_epoch=batch_in_epoch,
-                                        config=config, extra={"monitor": monitor.state_dict()}), step, metric)
+                                        ema=ema, epoch=step // steps_per_epoch, step=step,
+                                        batch_in_epoch=step % steps_per_epoch, config=config,
+                                        extra={"monitor": monitor.state_dict()}), step, metric)
 
     def run_eval() -> float:
         with monitor.paused():
@@ -147,64 +203,39 @@ def main(argv: list[str] | None = None) -> int:
             metrics = {"acc": acc, "loss": loss}
             if ema is not None:
                 metrics["acc_ema"], metrics["loss_ema"] = evaluate(ema.module, test_loader, device, amp_dtype)
-            monitor.log_eval(step, epoch, **metrics)
+            monitor.log_eval(step, (step - 1) // steps_per_epoch, **metrics)
         return metrics.get("acc_ema", acc)
 
-    bad_streak = 0
-    exit_code = 0
+    bad_streak = exit_code = 0
+    batches = None
     model.train()
     with StopSignal() as stop:
-        while step < total_steps and not stop.requested:
-            loader = make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=batch_in_epoch,
-                                 num_workers=args.workers, drop_last=True, pin_memory=device.type == "cuda")
-            for x, y in loader:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with autocast(device, amp_dtype):
-                    logits = model(x)
-                loss = F.cross_entropy(logits.float(), y)  # loss in fp32
-                if step + 1 == args.inject_nan_at_step:
-                    loss = loss * float("nan")
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                clip = clip_gradients(model.parameters(), args.clip, scaler=scaler, optimizer=optimizer)
-                lr = optimizer.param_groups[0]["lr"]
-                if scaler.is_enabled():  # fp16: the scaler skips inf/NaN steps and lowers its scale
-                    scale_before = scaler.get_scale()
-                    scaler.step(optimizer)
-                    scaler.update()
-                    skipped = scaler.get_scale() < scale_before
-                else:  # bf16/fp32: nothing else would notice, so check the norm ourselves
-                    skipped = not clip.is_finite()
-                    if not skipped:
-                        optimizer.step()
-                if not skipped:
-                    scheduler.step()
-                    if ema is not None:
-                        ema.update(model)
-                bad_streak = bad_streak + 1 if skipped else 0
-                step += 1
-                batch_in_epoch += 1
-                monitor.log_step(step, epoch, loss, clip.norm, clip.clipped, lr, len(y), skipped=skipped)
-                if skipped and not scaler.is_enabled():
-                    monitor.alert("non-finite step", f"step {step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", step)
-                if bad_streak >= args.max_bad_steps:
-                    monitor.alert("stopped", f"连续 {bad_streak} 步 inf/NaN,停止训练;磁盘上的检查点仍然有效,"
-                                  "请降低学习率或检查数据后用 --resume 继续", step)
-                    exit_code = 2
-                    break
-                if batch_in_epoch == steps_per_epoch or step >= total_steps or stop.requested:
-                    break
-                if manager.should_save(step):
-                    save()
-            if exit_code:
-                break
-            if batch_in_epoch == steps_per_epoch:  # end of epoch: eval, best checkpoint, next epoch
-                metric = run_eval()
-                epoch, batch_in_epoch = epoch + 1, 0
-                save(metric)
-            elif step >= total_steps or stop.requested:
-                if step >= total_steps:
-                    run_eval()
+        while step < total_steps and not stop.requested and not exit_code:
+            epoch, position = divmod(step, steps_per_epoch)
+            if batches is None or position == 0:  # a new epoch, or the first batch after a resume
+                batches = iter(make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch,
+                                           start_batch=position, num_workers=args.workers, drop_last=True,
+                                           pin_memory=device.type == "cuda"))
+            x, y = next(batches)
+            result = train_step(model, x, y, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema,
+                                device=device, amp_dtype=amp_dtype, clip=args.clip,
+                                inject_nan=step + 1 == args.inject_nan_at_step)
+            step += 1
+            monitor.log_step(step, epoch, result.loss, result.clip.norm, result.clip.clipped, result.lr, len(y),
+                             skipped=result.skipped)
+            if result.skipped and not scaler.is_enabled():
+                monitor.alert("non-finite step", f"step {step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", step)
+            bad_streak = bad_streak + 1 if result.skipped else 0
+            if bad_streak >= args.max_bad_steps:
+                monitor.alert("stopped", f"连续 {bad_streak} 步 inf/NaN,停止训练;磁盘上的检查点仍然有效,"
+                              "请降低学习率或检查数据后用 --resume 继续", step)
+                exit_code = 2
+            elif step % steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
+                save(run_eval())
+            elif step == total_steps:  # --max-steps inside an epoch
+                run_eval()
+                save()
+            elif stop.requested or manager.should_save(step):
                 save()
         if stop.requested:
             print(f"收到 {stop.requested}: 已在 step {step} 保存检查点,安全退出。用 --resume 继续。")

@@ -8,7 +8,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
+
+
+__all__ = ["check_set_seed"]
 
 
 def _draw() -> dict[str, Any]:

@@ -7,12 +7,15 @@ check cell's arguments does not make them pass.
 
 Example (in a check cell)::
 
-    from course_utils.checks.nb02_clipping import check_global_clip
+    from course_tools.checks.nb02_clipping import check_global_clip
     check_global_clip(my_clip)
 """
 from __future__ import annotations
 
 from typing import Any, Callable
+
+
+__all__ = ["passed", "expect", "call_learner"]
 
 
 def passed(message: str) -> None:

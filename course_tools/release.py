@@ -7,9 +7,9 @@
 - cells tagged ``solution-only`` are dropped;
 - outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept.
 
-    python -m course_utils.release            # regenerate notebooks/
-    python -m course_utils.release --check    # exit 1 if notebooks/ is stale
-    python -m course_utils.release --execute  # re-run solutions/ in place first (COURSE_FAST=1)
+    python -m course_tools.release            # regenerate notebooks/
+    python -m course_tools.release --check    # exit 1 if notebooks/ is stale
+    python -m course_tools.release --execute  # re-run solutions/ in place first (COURSE_FAST=1)
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools.quiet import quiet_environ
+
+__all__ = ["ROOT", "DEFAULT_HINT", "AuthoringError", "strip_solutions", "learner_notebook", "solution_paths", "render",
+           "execute", "main"]
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -30,34 +36,65 @@ DEFAULT_HINT = "练习: 请在这里写出你的实现,然后删除这一行"
 _BEGIN_RE = re.compile(r"^(\s*)### BEGIN SOLUTION\s*(.*)$")
 
 
+class AuthoringError(ValueError):
+    """A mistake in a solution notebook that would break the learner copy or its grading."""
+
+
 def strip_solutions(source: str) -> str:
-    """Replace each BEGIN/END SOLUTION block with an indented ``raise NotImplementedError``."""
+    """Replace each BEGIN/END SOLUTION block with an indented ``raise NotImplementedError``.
+
+    Strict, as nbgrader is: a nested ``BEGIN``, an ``END`` without its ``BEGIN`` or a
+    missing ``END`` raises :class:`AuthoringError` instead of leaving a stray marker.
+    """
     out, inside = [], False
-    for line in source.splitlines():
+    for number, line in enumerate(source.splitlines(), 1):
         match = _BEGIN_RE.match(line)
-        if match and not inside:
+        if match:
+            if inside:
+                raise AuthoringError(f"第 {number} 行: {BEGIN} 嵌套在另一个答案块里(先写 {END})")
             indent, hint = match.group(1), match.group(2).strip() or DEFAULT_HINT
             out.append(f"{indent}raise NotImplementedError({hint!r})")
             inside = True
-        elif line.strip() == END and inside:
+        elif line.strip().startswith(END):
+            if not inside or line.strip() != END:
+                raise AuthoringError(f"第 {number} 行: {END} 前面没有对应的 {BEGIN}" if not inside
+                                     else f"第 {number} 行: {END} 后面不能有其他文字")
             inside = False
         elif not inside:
             out.append(line)
     if inside:
-        raise ValueError(f"缺少 {END}")
+        raise AuthoringError(f"缺少 {END}")
     return "\n".join(out)
 
 
-def learner_notebook(solved: nbformat.NotebookNode) -> nbformat.NotebookNode:
+def _where(name: str, index: int, cell: nbformat.NotebookNode) -> str:
+    return f"{name} 第 {index} 个格子(id {cell.get('id', '?')})"
+
+
+def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
+    """The released copy of ``solved``: solutions stripped, ``solution-only`` cells dropped, outputs cleared.
+
+    Authoring mistakes raise :class:`AuthoringError` naming ``name`` and the cell: a solution
+    block in a cell not tagged ``exercise`` (grading takes only exercise cells from the learner,
+    so that exercise could never earn its marks), or a malformed block.
+    """
     nb = copy.deepcopy(solved)
     cells = []
-    for cell in nb.cells:
-        if "solution-only" in cell.get("metadata", {}).get("tags", []):
+    for index, cell in enumerate(nb.cells):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "solution-only" in tags:
             continue
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            cell.source = strip_solutions(cell.source)
+            if BEGIN in cell.source and "exercise" not in tags:
+                raise AuthoringError(f"{_where(name, index, cell)}: 含有 {BEGIN},但没有 exercise 标签")
+            try:
+                cell.source = strip_solutions(cell.source)
+            except AuthoringError as exc:
+                raise AuthoringError(f"{_where(name, index, cell)}: {exc}") from None
             cell.outputs, cell.execution_count = [], None
+        elif BEGIN in cell.source or END in cell.source:
+            raise AuthoringError(f"{_where(name, index, cell)}: 答案标记只能出现在代码格子里")
         cells.append(cell)
     nb.cells = cells
     nb.metadata.pop("widgets", None)
@@ -70,14 +107,14 @@ def solution_paths() -> list[Path]:
 
 
 def render(path: Path) -> str:
-    return nbformat.writes(learner_notebook(nbformat.read(path, as_version=4))) + "\n"
+    return nbformat.writes(learner_notebook(nbformat.read(path, as_version=4), path.name)) + "\n"
 
 
 def execute(path: Path, timeout: int = 300) -> float:
     """Re-run a solution notebook in place with ``COURSE_FAST=1``; returns seconds taken."""
     from nbclient import NotebookClient
 
-    os.environ.setdefault("COURSE_FAST", "1")
+    os.environ.update(quiet_environ())
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
@@ -101,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"executing {src.name} ...", flush=True)
             print(f"  {execute(src):.1f} s")
         target = NOTEBOOKS / src.name
-        text = render(src)
+        try:
+            text = render(src)
+        except AuthoringError as exc:
+            print(f"编写错误: {exc}", file=sys.stderr)
+            return 2
         if args.check:
             if not target.exists() or target.read_text(encoding="utf-8") != text:
                 stale.append(target.name)
@@ -114,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         stale += [p.name + " (no source in solutions/)" for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
                   if p.name not in expected]
     if stale:
-        print("notebooks/ 已过期,请运行 python -m course_utils.release:\n  " + "\n  ".join(stale))
+        print("notebooks/ 已过期,请运行 python -m course_tools.release:\n  " + "\n  ".join(stale))
         return 1
     if args.check:
         print(f"notebooks/ 与 solutions/ 一致 ({len(paths)} 个)")

@@ -17,8 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
 from course_utils.clipping import clip_gradients
+
+
+__all__ = ["check_global_clip", "HIDDEN_CANDIDATES", "check_clip_audit"]
 
 
 # ---------------------------------------------------------------- exercise 1

@@ -29,6 +29,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+__all__ = ["KINDS", "Question", "Feedback", "check", "question_text", "Quiz", "parse_answers"]
+
+
 KINDS = ("single", "multi", "number", "text")
 
 

@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
+
+__all__ = ["check_amp_train_step", "check_needs_scaler"]
+
 
 _SCALER_KW = dict(init_scale=2.0 ** 10, growth_factor=2.0, backoff_factor=0.5, growth_interval=1, enabled=True)
 

@@ -17,7 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
+
+
+__all__ = ["check_ema_update"]
 
 
 def _close(a, b) -> bool:

@@ -23,8 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
 from course_utils.schedule import make_scheduler
+
+
+__all__ = ["check_resume_equivalence"]
 
 
 def _build(init_seed: int, total_steps: int) -> tuple[nn.Module, torch.optim.Optimizer, object]:

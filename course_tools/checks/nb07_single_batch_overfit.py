@@ -13,9 +13,12 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
 from course_utils.clipping import global_grad_norm
 from course_utils.models import build_model
+
+__all__ = ["BUGS", "train_with_bug", "mystery_functions", "check_overfit_one_batch", "check_diagnose"]
+
 
 BUGS = ("healthy", "shuffled_labels", "detached", "wrong_loss", "lr_too_small")
 
@@ -83,7 +86,7 @@ def check_overfit_one_batch(overfit_one_batch: Callable) -> None:
            f"{losses[0]:.4f}(是不是换了数据,或先更新了一步?)")
     with torch.no_grad():
         final = F.cross_entropy(model(x), y).item()
-    expect(final < 0.05, f"训练后模型在这一个 batch 上的 loss < 0.05(就地训练传入的 model)", f"{final:.4f}")
+    expect(final < 0.05, "训练后模型在这一个 batch 上的 loss < 0.05(就地训练传入的 model)", f"{final:.4f}")
     expect(losses[-1] < 0.1, "返回的最后一个 loss 接近 0", f"{losses[-1]:.4f}")
     passed(f"{steps} 步把一个 batch 的 loss 从 {losses[0]:.3f} 压到 {losses[-1]:.4f}")
 

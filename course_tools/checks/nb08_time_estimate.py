@@ -11,7 +11,7 @@ or minutes instead of hours.
 
 Example (in a check cell)::
 
-    from course_utils.checks.nb08_time_estimate import check_estimate_hours
+    from course_tools.checks.nb08_time_estimate import check_estimate_hours
     check_estimate_hours(estimate_hours)
 """
 from __future__ import annotations
@@ -21,16 +21,15 @@ from typing import Callable
 
 import numpy as np
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
+from course_utils.estimate import training_hours
+
+__all__ = ["REL_TOL", "check_estimate_hours"]
+
 
 # Counting whole steps per epoch (ceil or floor) is also right; with at least 20,000
 # samples and batches of at most 256 that changes the result by under 1.3%.
 REL_TOL = 0.02
-
-
-def reference_hours(num_samples: int, epochs: float, batch_size: int, steps_per_sec: float) -> float:
-    """Hours of a run: total optimizer steps divided by measured steps per second."""
-    return num_samples * epochs / (batch_size * steps_per_sec * 3600)
 
 
 def _diagnose(ratio: float, batch_size: int, steps_per_sec: float) -> str:
@@ -68,7 +67,7 @@ def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], floa
             value = float(got)
         except (TypeError, ValueError):
             raise AssertionError(f"期望 {args} 返回一个数(小时);实际是 {type(got).__name__}") from None
-        want = reference_hours(num_samples, epochs, batch_size, steps_per_sec)
+        want = training_hours(num_samples, epochs, batch_size, steps_per_sec)
         ok = math.isfinite(value) and math.isclose(value, want, rel_tol=REL_TOL)
         hint = _diagnose(value / want, batch_size, steps_per_sec) if not ok and value > 0 and math.isfinite(value) else ""
         expect(ok, f"{args} ≈ {want:.3f} 小时", f"{value:.4g}{hint}")

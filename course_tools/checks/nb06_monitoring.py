@@ -7,7 +7,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from course_utils.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, passed
+
+
+__all__ = ["training_curve", "inject_spikes", "check_find_spikes"]
 
 
 def training_curve(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:

@@ -20,7 +20,7 @@ with a message.
 
 Example::
 
-    from course_utils.homework import check_config, check_resume, check_clipping, check_overfit
+    from course_tools.checks.nb10_homework import check_config, check_resume, check_clipping, check_overfit
     check_config("notebooks/homework/train_cifar.py")
 """
 from __future__ import annotations
@@ -37,8 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from course_utils.checks import expect, passed
+from course_tools.checks import expect, passed
+from course_tools.quiet import quiet_environ
 from course_utils.monitor import read_metrics
+from course_utils.repro import git_commit
+
+__all__ = ["SMALL_RUN", "TIMEOUT", "read_train_records", "check_config", "check_clipping", "check_resume",
+           "check_overfit"]
+
 
 # Tiny runs: the smallest model on 10% of the data, a handful of steps.
 SMALL_RUN = ["--model", "tiny", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "1000"]
@@ -46,12 +52,7 @@ TIMEOUT = 600
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("COURSE_FAST", "1")
-    env.setdefault("WANDB_MODE", "offline")
-    env.setdefault("WANDB_SILENT", "true")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+    return {**quiet_environ(), "PYTHONUNBUFFERED": "1"}
 
 
 def _script(path: str | os.PathLike) -> Path:
@@ -125,14 +126,6 @@ def _find(obj: Any, key_test) -> list[Any]:
     return found
 
 
-def _git_head(folder: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def check_config(script: str | os.PathLike) -> None:
     """Upgrade 1: ``--seed`` makes runs repeatable, and ``config.json`` records seed and commit."""
     script = _script(script)
@@ -152,8 +145,8 @@ def check_config(script: str | os.PathLike) -> None:
         expect(seed in seeds, f"config.json 里 seed = {seed}(本次传入的 --seed)", f"找到的 seed: {seeds or '无'}")
         commits = [c for c in _find(config, lambda k: "commit" in k.lower()) if isinstance(c, str)]
         expect(bool(commits), "config.json 里有 git commit(键名含 commit)", "没有")
-        head = _git_head(script.parent)
-        if head:
+        head, _ = git_commit(script.parent)
+        if head != "unknown":
             expect(head in commits, f"记录的 commit 等于当前 HEAD {head[:10]}", f"{commits}")
         a, b, c = (read_train_records(tmp / n) for n in ("a", "b", "c"))
         steps = sorted(a)

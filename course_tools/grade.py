@@ -11,8 +11,8 @@ tags and outcome.
 
     score = check cells passed / check cells present
 
-    python -m course_utils.grade submissions/*/ --report grades.csv
-    python -m course_utils.grade alice/ bob/09_self_test.ipynb --cell-timeout 120 --timeout 900
+    python -m course_tools.grade submissions/*/ --report grades.csv
+    python -m course_tools.grade alice/ bob/09_self_test.ipynb --cell-timeout 120 --timeout 900
 
 A submission is a learner's notebook, a folder of notebooks (one folder per learner;
 learner = folder name), or a folder of such folders. Exercise cells are matched by
@@ -23,7 +23,6 @@ note; it never stops the other submissions.
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import json
 import os
@@ -39,7 +38,13 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.release import learner_notebook
+from course_tools.quiet import quiet_environ
+from course_tools.release import learner_notebook
+from course_utils.monitor import read_metrics
+
+__all__ = ["ROOT", "NOTEBOOK_RE", "COLUMNS", "PLUGIN", "Grade", "collect", "find_reference", "merge",
+           "run_notebook", "grade_notebook", "grade_all", "table", "write_csv", "main"]
+
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_RE = re.compile(r"^(\d\d)_.*\.ipynb$")
@@ -217,8 +222,8 @@ def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeo
     (workdir / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     results = workdir / "_grade_results.jsonl"
     results.unlink(missing_ok=True)
-    env = dict(os.environ, COURSE_FAST="1", GRADE_RESULTS=str(results), WANDB_MODE="offline",
-               WANDB_SILENT="true", MPLBACKEND="module://matplotlib_inline.backend_inline",
+    env = dict(quiet_environ(override=True), GRADE_RESULTS=str(results),
+               MPLBACKEND="module://matplotlib_inline.backend_inline",
                PYTHONPATH=os.pathsep.join([str(workdir)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("PYTEST_ADDOPTS", None)
     if threads:
@@ -237,13 +242,7 @@ def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeo
         problem = f"超过总时限 {total_timeout} s,已终止"
     finally:
         _kill_group(proc)  # a kernel left behind by pytest
-    records = []
-    if results.exists():
-        for line in results.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
+    records = read_metrics(results)  # the JSONL reader of course_utils.monitor: a torn last line is skipped
     if not records and not problem:
         tail = _ANSI.sub("", (out or b"").decode("utf-8", "replace")).strip().splitlines()[-3:]
         problem = "pytest 没有运行任何格子: " + " / ".join(tail)

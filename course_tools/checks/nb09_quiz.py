@@ -10,8 +10,13 @@ from __future__ import annotations
 import math
 import random
 
-from course_utils.checks import call_learner, expect, passed
-from course_utils.quiz import Question, Quiz, check
+from course_tools.checks import call_learner, expect, passed
+from course_tools.quiz import Question, Quiz, check
+from course_utils.estimate import training_hours
+
+__all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "check_self_test_answers", "check_estimate_hours",
+           "check_ema_start_weight"]
+
 
 QUESTIONS = [
     Question("q1", "混合精度(AMP)训练时,哪些东西是 fp32,哪些是 bf16?", choices={
@@ -85,7 +90,7 @@ QUESTIONS = [
              explanation="每步初始值的占比乘以 decay: 0.999^200≈0.82。短训练里 EMA 大部分还是初始权重,"
              "所以要么用 warmup 的 decay,要么别在短训练里评估 EMA。", experiment="实验 10: 用 EMA 类实测"),
     Question("q11", "1 万条样本、3 个 epoch、batch 4,实测吞吐 0.5 samples/s(不是 steps/s)。要训练多少小时?",
-             kind="number", answer=10_000 * 3 / 0.5 / 3600, tolerance=0.02,
+             kind="number", answer=training_hours(10_000, 3, 4, 0.5 / 4), tolerance=0.02,
              explanation="总样本数 / 每秒样本数 = 30000 / 0.5 s ≈ 16.7 h。若把 0.5 当成 steps/s 代入 "
              "样本数×epoch/(batch×steps/s×3600),得到 4.2 h,少算 4 倍。", experiment="实验 11: estimate_training_time 的两种单位"),
     Question("q12", "简答: 一个完整的 checkpoint 至少要存哪五样东西?", kind="text",
@@ -111,8 +116,7 @@ def check_self_test_answers(answers_fn) -> None:
 
 
 def _reference_hours(num_samples: int, epochs: float, batch_size: int, rate: float, unit: str) -> float:
-    steps_per_sec = rate if unit == "steps/s" else rate / batch_size
-    return num_samples * epochs / (batch_size * steps_per_sec * 3600)
+    return training_hours(num_samples, epochs, batch_size, rate if unit == "steps/s" else rate / batch_size)
 
 
 def check_estimate_hours(estimate_hours) -> None:

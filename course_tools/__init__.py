@@ -1,0 +1,12 @@
+"""Course machinery for the chapter 0.4 workbook: what instructors and authors run, not what learners reuse.
+
+- ``checks``   one module per notebook: the self-checks called from ``check`` cells
+               (``nb10_homework`` runs the learner's homework scripts)
+- ``quiz``     self-test questions with widgets and a plain-text fallback
+- ``release``  generates ``notebooks/`` from ``solutions/`` (``python -m course_tools.release``)
+- ``grade``    grades learners' notebooks (``python -m course_tools.grade``)
+- ``quiet``    the environment of every non-interactive run (tests, grading, homework checks)
+
+Rule: ``course_tools`` imports ``course_utils``; ``course_utils`` never imports ``course_tools``
+(``tests/test_layout.py`` checks the import graph).
+"""

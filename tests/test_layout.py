@@ -1,0 +1,87 @@
+"""The package layout: learner helpers (course_utils) never depend on the course machinery (course_tools)."""
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import course_tools
+import course_utils
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules(package) -> list[str]:
+    found = [package.__name__]
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        found.append(info.name)
+    return found
+
+
+def _imported_names(path: Path, package: str) -> set[str]:
+    """Every module named by an import statement of ``path`` (a module of ``package``); relative ones resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names.add(base)
+    return names
+
+
+def test_course_utils_imports_nothing_from_course_tools():
+    """The import graph, statically (every import statement, also inside functions)."""
+    offenders = {}
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).parts[:-1])
+        bad = sorted(n for n in _imported_names(path, package) if n.split(".")[0] == "course_tools")
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = bad
+    assert offenders == {}
+
+
+def test_importing_every_course_utils_module_loads_no_course_tools():
+    """The import graph, dynamically: a fresh interpreter imports all of course_utils."""
+    modules = _modules(course_utils)
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'course_tools'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_static_check_would_catch_an_upward_import(tmp_path):
+    """The static check is not vacuous: it sees function-local and relative imports too."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\ndef f():\n    from course_tools.checks import expect\n"
+                     "from ..course_tools import quiet\n", encoding="utf-8")
+    names = _imported_names(probe, "pkg.sub")
+    assert {"os", "course_tools.checks", "pkg.course_tools"} <= names
+    assert "course_tools.quiet" in _imported_names(ROOT / "course_tools" / "release.py", "course_tools")
+
+
+@pytest.mark.parametrize("name", [m for m in _modules(course_utils) + _modules(course_tools)
+                                  if not m.rsplit(".", 1)[-1].startswith("_") and "." in m])
+def test_public_modules_declare_all(name):
+    module = importlib.import_module(name)
+    assert isinstance(getattr(module, "__all__", None), list), f"{name} has no __all__"
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"
+
+
+@pytest.mark.parametrize("name", [m for m in _modules(course_utils) if "." in m])
+def test_each_helper_says_where_it_is_taught(name):
+    doc = importlib.import_module(name).__doc__ or ""
+    assert "Taught in ``" in doc, f"{name}: the module docstring must name the notebook that teaches it"
+    for notebook in {w.strip("`") for w in doc.split() if w.startswith("``") and w[2:4].isdigit()}:
+        assert list((ROOT / "solutions").glob(notebook.split("``")[0] + "*.ipynb")), (name, notebook)
