@@ -144,7 +144,7 @@ def test_needs_scaler_solution_passes(pairs, capsys):
     fn = run_source(solution)["needs_scaler"]
     check_needs_scaler(fn)
     assert "✅" in capsys.readouterr().out
-    assert fn(torch.float16) is True or fn(torch.float16) == True  # noqa: E712
+    assert fn(torch.float16) is True
 
 
 def test_needs_scaler_stub_fails(pairs):

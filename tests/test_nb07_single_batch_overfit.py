@@ -5,7 +5,13 @@ from course_tools.checks import nb07_single_batch_overfit as checks
 from tests.notebook_cells import exercise_pairs, run_source
 
 NAME = "07_single_batch_overfit.ipynb"
-PAIRS = exercise_pairs(NAME)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """(solution, stub) sources of each exercise; read when a test runs, so a broken notebook fails tests
+    instead of breaking collection."""
+    return exercise_pairs(NAME)
 
 NO_STEP = '''
 import torch
@@ -33,48 +39,50 @@ def diagnose(losses, grad_norms):
 '''
 
 
-def test_two_exercises():
-    assert len(PAIRS) == 2
+def test_two_exercises(pairs):
+    assert len(pairs) == 2
 
 
-def test_overfit_check_passes_on_solution(capsys):
-    checks.check_overfit_one_batch(run_source(PAIRS[0][0])["overfit_one_batch"])
+def test_overfit_check_passes_on_solution(pairs, capsys):
+    checks.check_overfit_one_batch(run_source(pairs[0][0])["overfit_one_batch"])
     assert "✅" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("source", [PAIRS[0][1], NO_STEP, FAKE_CURVE], ids=["stub", "no-step", "fake-curve"])
-def test_overfit_check_rejects(source):
+@pytest.mark.parametrize("source", ["stub", NO_STEP, FAKE_CURVE], ids=["stub", "no-step", "fake-curve"])
+def test_overfit_check_rejects(pairs, source):
+    source = pairs[0][1] if source == "stub" else source
     with pytest.raises(AssertionError):
         checks.check_overfit_one_batch(run_source(source)["overfit_one_batch"])
 
 
-def test_stub_raises_not_implemented():
+def test_stub_raises_not_implemented(pairs):
     import torch
-    fn = run_source(PAIRS[0][1])["overfit_one_batch"]
+    fn = run_source(pairs[0][1])["overfit_one_batch"]
     with pytest.raises(NotImplementedError):
         fn(torch.nn.Linear(2, 2), torch.zeros(1, 2), torch.zeros(1, dtype=torch.long))
     with pytest.raises(NotImplementedError):
-        run_source(PAIRS[1][1])["diagnose"]([1.0], [1.0])
+        run_source(pairs[1][1])["diagnose"]([1.0], [1.0])
 
 
-def test_diagnose_check_passes_on_solution(capsys):
-    checks.check_diagnose(run_source(PAIRS[1][0])["diagnose"])
+def test_diagnose_check_passes_on_solution(pairs, capsys):
+    checks.check_diagnose(run_source(pairs[1][0])["diagnose"])
     assert "✅" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("source", [PAIRS[1][1], LOSS_ONLY, "def diagnose(l, g):\n    return 'detached'\n"],
+@pytest.mark.parametrize("source", ["stub", LOSS_ONLY, "def diagnose(l, g):\n    return 'detached'\n"],
                          ids=["stub", "loss-only", "constant"])
-def test_diagnose_check_rejects(source):
+def test_diagnose_check_rejects(pairs, source):
+    source = pairs[1][1] if source == "stub" else source
     with pytest.raises(AssertionError):
         checks.check_diagnose(run_source(source)["diagnose"])
 
 
-def test_mystery_functions_hide_three_distinct_bugs():
+def test_mystery_functions_hide_three_distinct_bugs(pairs):
     import torch
     from course_utils.models import build_model
     fns = checks.mystery_functions(seed=3)
     assert sorted(fns) == ["mystery_a", "mystery_b", "mystery_c"]
-    diagnose = run_source(PAIRS[1][0])["diagnose"]
+    diagnose = run_source(pairs[1][0])["diagnose"]
     x, y = checks._random_batch(0)
     found = set()
     for fn in fns.values():

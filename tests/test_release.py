@@ -27,12 +27,8 @@ def test_strip_solutions_keeps_indent_and_hint():
     source = "def f(x):\n    ### BEGIN SOLUTION 提示: 用 x * 2\n    return x * 2\n    ### END SOLUTION\n\nprint(f)"
     assert release.strip_solutions(source) == "def f(x):\n    raise NotImplementedError('提示: 用 x * 2')\n\nprint(f)"
     assert release.DEFAULT_HINT in release.strip_solutions("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
-    try:
+    with pytest.raises(release.AuthoringError, match="END SOLUTION"):
         release.strip_solutions("### BEGIN SOLUTION\nx = 1")
-    except ValueError as exc:
-        assert "END SOLUTION" in str(exc)
-    else:
-        raise AssertionError("an unterminated solution block must be rejected")
 
 
 @pytest.mark.parametrize("source, problem", [
