@@ -4,6 +4,8 @@ Set before any kernel starts, so notebook kernels inherit them.
 """
 import os
 
+from course_tools.claims import STRICT_ENV
 from course_tools.quiet import quiet_environ
 
 os.environ.update(quiet_environ())  # small sizes, same code path; wandb offline and silent
+os.environ.update(STRICT_ENV)       # a notebook sentence contradicted by its own output fails the run

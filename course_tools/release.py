@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools.claims import STRICT_ENV
 from course_tools.quiet import quiet_environ
 
 __all__ = ["ROOT", "DEFAULT_HINT", "AuthoringError", "strip_solutions", "learner_notebook", "solution_paths", "render",
@@ -114,7 +115,7 @@ def execute(path: Path, timeout: int = 300) -> float:
     """Re-run a solution notebook in place with ``COURSE_FAST=1``; returns seconds taken."""
     from nbclient import NotebookClient
 
-    os.environ.update(quiet_environ())
+    os.environ.update({**quiet_environ(), **STRICT_ENV})  # a false sentence fails the execution
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(nb, timeout=timeout, kernel_name="python3",

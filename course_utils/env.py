@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["is_fast", "by_size", "pick_device", "device_name", "supports_bf16", "environment_rows",
+__all__ = ["is_fast", "by_size", "pick_device", "usable_cores", "configure_cpu_threads", "device_name", "supports_bf16", "environment_rows",
            "environment_table"]
 
 
@@ -56,6 +56,33 @@ def pick_device(prefer: str = "auto") -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise RuntimeError(f"要求使用 {prefer},但 MPS 不可用;请改用 --device auto 或 cpu。")
     return device
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def configure_cpu_threads(device: torch.device | None = None) -> int:
+    """Set torch's CPU threads to the workbook's policy and return the number used.
+
+    Policy: one core left free (``usable_cores() - 1``, at least 1), unless the user chose
+    with ``OMP_NUM_THREADS``. Why: torch's OpenMP threads wait for each other at every op;
+    when another process (the notebook server, DataLoader workers, a second kernel) takes a
+    core, a run with one thread per core slows down far more than a 1-thread run
+    (measured side by side in ``bench/threads.py``; numbers in ``bench/RESULTS.md``). On a GPU
+    the CPU threads matter little and are left alone.
+    """
+    device = device or pick_device()
+    if device.type != "cpu":
+        return torch.get_num_threads()
+    chosen = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = int(chosen) if chosen.isdigit() and int(chosen) > 0 else max(1, usable_cores() - 1)
+    torch.set_num_threads(threads)
+    return threads
 
 
 def device_name(device: torch.device) -> str:
