@@ -6,7 +6,9 @@ Pitfalls this module handles:
   runs differ.
 - ``np.random.get_state()`` is not loadable with ``torch.load(weights_only=True)``;
   ``rng_state()`` stores it as a tensor.
-- cuDNN's ``deterministic`` flag is ignored while ``benchmark=True``, and
+- cuDNN's ``deterministic`` flag restricts its algorithm search to deterministic
+  algorithms with or without ``benchmark``; ``benchmark=True`` may still pick a different
+  (deterministic) algorithm in each run, so bitwise repeats need it off too.
   ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call.
 
 Example::
@@ -45,12 +47,16 @@ def set_seed(seed: int) -> None:
 
 
 def set_deterministic(enabled: bool = True, warn_only: bool = False) -> None:
-    """Ask torch for deterministic kernels (slower on GPU).
+    """Ask torch for deterministic kernels (on a GPU possibly slower: measure it there).
 
     Sets ``CUBLAS_WORKSPACE_CONFIG`` (needed by cuBLAS; effective only before the first
-    cuBLAS call), the cuDNN flags (``benchmark`` off, or ``deterministic`` is ignored)
-    and ``torch.use_deterministic_algorithms``. An op with no deterministic kernel
-    (e.g. some CUDA losses and poolings) raises, or only warns with ``warn_only=True``.
+    cuBLAS call), ``cudnn.deterministic`` (cuDNN then chooses among deterministic
+    algorithms only, benchmarking or not), ``cudnn.benchmark = False`` (autotuning times
+    the candidates and may pick a different algorithm in each run, so results can differ
+    in the last bits) and ``torch.use_deterministic_algorithms``. An op with no
+    deterministic kernel (e.g. some CUDA losses and poolings) raises, or only warns with
+    ``warn_only=True``. ``enabled=False`` leaves ``cudnn.benchmark`` as it is: restore
+    your own value if you had turned it on.
     """
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

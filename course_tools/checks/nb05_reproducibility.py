@@ -1,8 +1,17 @@
-"""Checks for 05_reproducibility.ipynb: ``set_seed`` must seed all four generators."""
+"""Checks for 05_reproducibility.ipynb: ``set_seed`` must seed all four generators.
+
+The check is deterministic: both seeds it passes and the scrambling in between come
+from its ``seed`` argument. A wrong answer (a generator left out, a constant seed, a
+new ``np.random.default_rng`` instead of the global RNG, CUDA not seeded) fails for
+every value of ``seed``; ``tests/test_nb05_reproducibility.py`` sweeps 50 of them.
+
+Example::
+
+    check_set_seed(set_seed)
+"""
 from __future__ import annotations
 
 import random
-import secrets
 from typing import Any, Callable
 
 import numpy as np
@@ -12,6 +21,13 @@ from course_tools.checks import call_learner, expect, passed
 
 
 __all__ = ["check_set_seed"]
+
+_HINTS = {
+    "python random": "python 的 random 模块要用 random.seed(seed);random.Random(seed) 只是新建了一个对象",
+    "numpy (np.random)": "全局 RNG 要用 np.random.seed(seed);np.random.default_rng(seed) 只是新建一个生成器",
+    "torch CPU": "torch.manual_seed(seed)",
+    "torch.cuda": "torch.cuda.manual_seed_all(seed) 给每块 GPU 设种子",
+}
 
 
 def _draw() -> dict[str, Any]:
@@ -34,18 +50,21 @@ def _scramble(rng: np.random.Generator) -> None:
     torch.manual_seed(seed + 3)
 
 
-def check_set_seed(set_seed: Callable[[int], None]) -> None:
+def check_set_seed(set_seed: Callable[[int], None], seed: int = 1234) -> None:
     """``set_seed(s)`` twice gives the same draws from python random, numpy, torch and CUDA;
     another seed gives other draws; ``torch.cuda.manual_seed_all(s)`` is reached (recorded
-    by a temporary wrapper, so the check also works on a machine without a GPU)."""
-    rng = np.random.default_rng(secrets.randbits(64))
+    by a temporary wrapper, so the check also works on a machine without a GPU).
+
+    ``seed`` fixes the two seeds passed to the learner's function and the scrambling.
+    """
+    rng = np.random.default_rng(seed)
     seed_a, seed_b = (int(s) for s in rng.choice(2**31 - 1, size=2, replace=False))
     original = torch.cuda.manual_seed_all
     calls: list[int] = []
 
-    def recording(seed: int) -> None:
-        calls.append(int(seed))
-        original(seed)
+    def recording(value: int) -> None:
+        calls.append(int(value))
+        original(value)
 
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     torch.cuda.manual_seed_all = recording
@@ -68,10 +87,10 @@ def check_set_seed(set_seed: Callable[[int], None]) -> None:
         torch.set_rng_state(saved[2])
     for name in first:
         expect(first[name] == second[name], f"两次 set_seed({seed_a}) 之后 {name} 抽到相同的数",
-               f"{first[name]} 与 {second[name]} 不同(这个生成器没有被设种子)")
+               f"{first[name]} 与 {second[name]} 不同:这个生成器没有被设种子", _HINTS[name])
     same = [name for name in first if first[name] == other[name]]
     expect(not same, f"set_seed({seed_a}) 与 set_seed({seed_b}) 抽到不同的数",
-           f"{', '.join(same)} 两次相同(种子参数没有被用上?)")
+           f"{', '.join(same)} 两次相同", "种子参数没有被用上:是不是写死了一个常数?")
     expect(seed_a in cuda_calls, f"调用了 torch.cuda.manual_seed_all({seed_a})(所有 GPU 的生成器)",
-           f"记录到的调用 {cuda_calls or '无'}")
+           f"记录到的调用 {cuda_calls or '无'}", _HINTS["torch.cuda"] + ";只给 CPU 生成器设种子时 GPU 上的 Dropout 不受控")
     passed("set_seed 设好了 python random、numpy、torch CPU 和 torch.cuda 四个生成器")
