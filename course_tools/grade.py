@@ -1,35 +1,43 @@
 """Grade learners' notebooks against the reference in ``solutions/`` (instructor tool).
 
-For each submitted ``NN_*.ipynb`` the grader builds a fresh notebook from the
-reference: every cell comes from ``solutions/NN_*.ipynb`` (as released: solutions
-stripped, ``solution-only`` cells dropped, outputs cleared), except the source of the
-``exercise`` cells, which comes from the learner. Editing or deleting a ``check``
-cell therefore changes nothing. The notebook is run with pytest + nbval
-(``--nbval-lax``) in a subprocess, in a scratch folder, with a per-cell and a total
-time limit. A tiny pytest plugin written next to it records, for every cell, its
-tags and outcome.
+For each learner and each reference notebook that has ``check`` cells, the grader builds the
+notebook to run from the reference, as released (solutions stripped, ``solution-only`` cells
+dropped): every cell comes from the reference except the source of the ``exercise`` cells, which
+comes from the learner. Editing or deleting a check cell therefore changes nothing. The notebook
+runs in a fresh kernel inside a bubblewrap sandbox (:mod:`course_tools.sandbox`) and the grader
+decides each check's outcome itself, from the kernel's execute replies
+(:mod:`course_tools.grade_kernel`); the self-test answers are scored outside the kernel
+(:mod:`course_tools.grade_answers`).
 
-    score = check cells passed / check cells present
+    score = check cells passed / check cells in the reference
 
-    python -m course_tools.grade submissions/*/ --report grades.csv
-    python -m course_tools.grade alice/ bob/09_self_test.ipynb --cell-timeout 120 --timeout 900
+Partial credit survives loops and crashes: a cell past ``--cell-timeout`` is interrupted (and the
+kernel killed if the cell ignores the interrupt for 10 s); a dead kernel is noticed at once. The
+notebook is then run again with the offending exercise (the one running, or the last one run before
+the cell that failed) replaced by its stub, at most once per exercise, so the other exercises still
+earn their marks. ``--timeout`` is a hard limit per notebook. A notebook that cannot be graded
+keeps its total (score 0 with the reason). Exercise sources that reach the check machinery or
+the runtime are flagged for manual review (:mod:`course_tools.grade_scan`) and run as stubs
+(``--run-flagged`` runs them anyway, after review).
 
-A submission is a learner's notebook, a folder of notebooks (one folder per learner;
-learner = folder name), or a folder of such folders. Exercise cells are matched by
-cell id, then by order. A notebook that loops, kills its kernel, raises everywhere,
-is not valid JSON or comes from an older version is graded (zero or partial) with a
-note; it never stops the other submissions.
+    python -m course_tools.grade submissions/ --report grades.csv --jobs 2
+    python -m course_tools.grade submissions/ --report part1.csv --shard 1/2     # on machine 1
+    python -m course_tools.grade merge part1.csv part2.csv --report grades.csv
+    python -m course_tools.grade submissions/ --report grades.csv --resume      # after an interruption
+
+Submissions, collection and reports: :mod:`course_tools.grade_collect`, :mod:`course_tools.grade_report`.
+Without bubblewrap the grader stops with an explanation; ``--no-sandbox`` grades anyway (trusted
+code only: the learner's code then runs as you) and says so in every row.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import json
+import ast
+import asyncio
+import copy
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,333 +46,412 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools.quiet import quiet_environ
-from course_tools.release import learner_notebook
-from course_utils.monitor import read_metrics
+from course_tools.grade_answers import OutsideCheck, outside_check, score_outside
+from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collect, read_notebook
+from course_tools.grade_kernel import CellResult, clean_text, run_cells
+from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
+from course_tools.grade_scan import Flag, scan
+from course_tools.release import AuthoringError, learner_notebook
+from course_tools.sandbox import GiB, Limits, SandboxUnavailable, check_available, readonly_paths, KernelBox
 
-__all__ = ["ROOT", "NOTEBOOK_RE", "COLUMNS", "PLUGIN", "Grade", "collect", "find_reference", "merge",
-           "run_notebook", "grade_notebook", "grade_all", "table", "write_csv", "main"]
-
+__all__ = ["ROOT", "Options", "Plan", "references", "merge", "make_plan", "grade_item", "grade_all", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_RE = re.compile(r"^(\d\d)_.*\.ipynb$")
-COLUMNS = ("learner", "notebook", "passed", "total", "score", "notes")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-# Written into the scratch folder; loaded with ``-p _grade_plugin``. One JSON line per
-# nbval cell item (appended and flushed at once, so a killed run keeps what it had).
-PLUGIN = r'''
-import json, os, re
-import pytest
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_OUT = os.environ["GRADE_RESULTS"]
-
-
-def _message(excinfo):
-    if excinfo is None:
-        return ""
-    exc = excinfo.value
-    if str(exc).startswith("Timeout"):
-        return str(exc)
-    text = getattr(exc, "inner_traceback", None) or ""
-    lines = [l.strip() for l in _ANSI.sub("", text).splitlines() if l.strip()]
-    if lines:
-        return lines[-1]
-    return f"{type(exc).__name__}: {exc}"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    cell = getattr(item, "cell", None)
-    if cell is None:
-        return
-    failed_setup = report.when == "setup" and not report.passed
-    if report.when != "call" and not failed_setup:
-        return
-    if hasattr(report, "wasxfail"):
-        state = "not-run"
-    elif report.skipped:
-        state = "skipped"
-    else:
-        state = report.outcome
-    record = {
-        "index": getattr(item, "cell_num", None),
-        "id": cell.get("id"),
-        "tags": list(cell.get("metadata", {}).get("tags", [])),
-        "outcome": state,
-        "message": _message(call.excinfo)[:500] if state == "failed" else "",
-    }
-    with open(_OUT, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        f.flush()
-'''
+_MAX_SOURCE = 100_000  # characters of one exercise cell
 
 
 @dataclass
-class Grade:
-    learner: str
-    notebook: str
-    passed: int = 0
-    total: int = 0
-    notes: list[str] = field(default_factory=list)
+class Options:
+    """How notebooks are run. ``grace``: seconds a cell gets to stop after its interrupt."""
+
+    cell_timeout: float = 120.0
+    timeout: float = 900.0
+    grace: float = 10.0
+    jobs: int = 1
+    sandbox: bool = True
+    limits: Limits = field(default_factory=Limits)
+    run_flagged: bool = False
 
     @property
-    def score(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-    def row(self) -> dict[str, object]:
-        return {"learner": self.learner, "notebook": self.notebook, "passed": self.passed,
-                "total": self.total, "score": f"{self.score:.3f}", "notes": " | ".join(self.notes)}
+    def threads(self) -> int:
+        """Torch/OpenMP threads per kernel: the cores shared between the parallel kernels."""
+        return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else 0
 
 
 def _tags(cell) -> list[str]:
-    return list(cell.get("metadata", {}).get("tags", []))
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    tags = metadata.get("tags") if isinstance(metadata, dict) else None
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
 def _is(cell, tag: str) -> bool:
-    return cell.get("cell_type") == "code" and tag in _tags(cell)
+    return isinstance(cell, dict) and cell.get("cell_type") == "code" and tag in _tags(cell)
 
 
-# ---------------------------------------------------------------- collecting
+def _source(cell) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else ""
 
-def collect(paths: list[Path]) -> list[tuple[str, Path]]:
-    """``(learner, notebook path)`` pairs. A loose file's learner is its file name."""
-    found: list[tuple[str, Path]] = []
+
+def _defined(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.NotebookNode]]:
+    """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells.
+
+    Raises :class:`AuthoringError` for a malformed reference (a grading run must not start on one).
+    """
+    paths = sorted(p for p in Path(solutions).glob("[0-9][0-9]_*.ipynb") if p.is_file())
+    graded = {}
     for path in paths:
-        path = Path(path)
-        if path.is_file():
-            found.append((path.name, path))
-        elif path.is_dir():
-            notebooks = sorted(p for p in path.glob("*.ipynb") if NOTEBOOK_RE.match(p.name))
-            if notebooks:
-                found += [(path.name, nb) for nb in notebooks]
-            else:  # a folder of learner folders
-                for sub in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                    found += [(sub.name, nb) for nb in sorted(sub.glob("*.ipynb")) if NOTEBOOK_RE.match(nb.name)]
-        else:
-            found.append((path.name, path))  # reported as missing
-    return found
+        released = learner_notebook(nbformat.read(path, as_version=4), path.name)
+        if any(_is(c, "check") for c in released.cells):
+            graded[path.name] = released
+    return paths, graded
 
 
-def find_reference(notebook: Path, solutions: Path) -> Path | None:
-    """The reference with the same name, else the one with the same ``NN_`` prefix."""
-    exact = solutions / notebook.name
-    if exact.exists():
-        return exact
-    match = re.match(r"^(\d\d)_", notebook.name)
-    if match:
-        same = sorted(solutions.glob(f"{match.group(1)}_*.ipynb"))
-        if len(same) == 1:
-            return same[0]
-    return None
+# ---------------------------------------------------------------- building the notebook to run
 
+def merge(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
+    """``released`` (the learner copy of a reference) with the learner's exercise sources put in: (notebook, notes).
 
-# ---------------------------------------------------------------- merging
-
-def merge(reference: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
-    """The released reference with the learner's exercise sources put in. Returns (notebook, notes)."""
-    graded = learner_notebook(reference)
+    Exercise cells are matched by cell id, then by the functions they define, then by order among
+    the learner's exercise cells; an exercise not found keeps its stub.
+    """
+    graded = copy.deepcopy(released)
     ref_ex = [c for c in graded.cells if _is(c, "exercise")]
-    sub_code = [c for c in submission.get("cells", []) if c.get("cell_type") == "code"]
-    by_id = {c.get("id"): c for c in sub_code if c.get("id")}
-    sub_ex = [c for c in sub_code if _is(c, "exercise")]
+    sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
     used: set[int] = set()
     slots: list = [None] * len(ref_ex)
-    for k, cell in enumerate(ref_ex):  # by cell id first
+    by_id = {c["id"]: c for c in sub_code if isinstance(c.get("id"), str)}
+    for k, cell in enumerate(ref_ex):
         hit = by_id.get(cell.get("id"))
         if hit is not None:
             slots[k] = hit
             used.add(id(hit))
-    remaining = [c for c in sub_ex if id(c) not in used]
-    by_order = 0
-    for k in range(len(ref_ex)):  # then the unmatched ones in order
+    by_name = by_order = 0
+    for k, cell in enumerate(ref_ex):  # then a cell defining the same function (untagged, v3, copied)
+        names = _defined(_source(cell))
+        if slots[k] is None and names:
+            hit = next((c for c in sub_code if id(c) not in used and names & _defined(_source(c))), None)
+            if hit is not None:
+                slots[k], by_name = hit, by_name + 1
+                used.add(id(hit))
+    remaining = [c for c in sub_code if _is(c, "exercise") and id(c) not in used]
+    for k in range(len(ref_ex)):
         if slots[k] is None and remaining:
-            slots[k] = remaining.pop(0)
-            by_order += 1
+            slots[k], by_order = remaining.pop(0), by_order + 1
     notes = []
-    missing = [k + 1 for k, s in enumerate(slots) if s is None]
-    for cell, hit in zip(ref_ex, slots):
+    too_long = []
+    for k, (cell, hit) in enumerate(zip(ref_ex, slots)):
         if hit is not None:
-            source = hit.get("source", "")
-            cell.source = "".join(source) if isinstance(source, list) else str(source)
-    if by_order or missing or len(sub_ex) != len(ref_ex):
-        notes.append(f"练习格子与参考不一致(旧版本?): 参考 {len(ref_ex)} 个,提交 {len(sub_ex)} 个;"
-                     f"按 id 匹配 {len(ref_ex) - by_order - len(missing)} 个,按顺序匹配 {by_order} 个"
+            source = _source(hit)
+            if len(source) > _MAX_SOURCE:
+                too_long.append(k + 1)
+            else:
+                cell.source = source
+    missing = [k + 1 for k, s in enumerate(slots) if s is None]
+    n_sub = sum(_is(c, "exercise") for c in sub_code)
+    if by_name or by_order or missing or n_sub != len(ref_ex):
+        notes.append(f"练习格子与参考不一致(旧版本?): 参考 {len(ref_ex)} 个,提交 {n_sub} 个;按 id 匹配 "
+                     f"{len(ref_ex) - by_name - by_order - len(missing)} 个,按函数名匹配 {by_name} 个,按顺序匹配 {by_order} 个"
                      + (f",未找到练习 {missing}(按未完成计分)" if missing else ""))
+    if too_long:
+        notes.append(f"练习 {too_long} 的代码超过 {_MAX_SOURCE} 个字符,按未完成计分")
     return graded, notes
 
 
-# ---------------------------------------------------------------- running
+@dataclass
+class Plan:
+    """The notebook to run for one submission and what the grader knows about its cells."""
 
-def _kill_group(proc: subprocess.Popen) -> None:
+    notebook: nbformat.NotebookNode
+    exercises: list[int]
+    checks: list[int]
+    stubs: dict[int, str]
+    owner: dict[int, int | None]          # check index -> the exercise before it
+    outside: dict[int, OutsideCheck]      # check index -> scored by the grader, not the kernel
+    flags: dict[int, list[Flag]]          # exercise index -> suspicious lines
+    notes: list[str]
+
+    def label(self, index: int) -> str:
+        cell = self.notebook.cells[index]
+        if index in self.exercises:
+            return f"练习 {self.exercises.index(index) + 1}({cell.get('id', index)})"
+        if index in self.checks:
+            return str(cell.get("id") or f"check {self.checks.index(index) + 1}")
+        return f"格子 {index}({cell.get('id', '-')})"
+
+
+def make_plan(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> Plan:
+    """Merge, find the check and exercise cells, scan the learner's exercise sources."""
+    notebook, notes = merge(released, submission)
+    exercises = [i for i, c in enumerate(notebook.cells) if _is(c, "exercise")]
+    checks = [i for i, c in enumerate(notebook.cells) if _is(c, "check")]
+    stubs = {i: _source(released.cells[i]) for i in exercises}
+    owner = {c: max((e for e in exercises if e < c), default=None) for c in checks}
+    outside = {c: o for c in checks if (o := outside_check(_source(notebook.cells[c]))) is not None}
+    flags = {i: f for i in exercises if (f := scan(_source(notebook.cells[i])))}
+    return Plan(notebook, exercises, checks, stubs, owner, outside, flags, notes)
+
+
+# ---------------------------------------------------------------- running one submission
+
+def _event(plan: Plan, stop: CellResult, options: Options) -> str:
+    where = plan.label(stop.index)
+    memory = f"{options.limits.memory / GiB:g} GiB"
+    return {
+        "timeout": f"{where} 超过单格时限 {options.cell_timeout:g} s,已中断",
+        "unresponsive": f"{where} 超时后 {options.grace:g} s 仍不响应中断(吞掉了 KeyboardInterrupt?),已终止内核,按崩溃处理",
+        "dead": f"内核在运行 {where} 时退出(进程结束、崩溃或超出内存上限 {memory})",
+        "deadline": f"超过整本 notebook 的总时限 {options.timeout:g} s,已终止(在 {where})",
+        "abuse": f"{where} 向内核的连接目录写入大量数据,已终止内核",
+    }.get(stop.status, f"{where}: {stop.status}")
+
+
+async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: Path, deadline: float):
+    cells = [(i, plan.stubs[i] if i in stubbed else _source(c)) for i, c in enumerate(plan.notebook.cells)
+             if c.get("cell_type") == "code" and _source(c).strip()]
+    box = KernelBox(private, options.limits, options.threads, options.sandbox)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def run_notebook(nb: nbformat.NotebookNode, workdir: Path, name: str, cell_timeout: int,
-                 total_timeout: int, solutions: Path, threads: int = 0) -> tuple[list[dict], str]:
-    """Run ``nb`` under pytest + nbval in ``workdir``; returns (per-cell records, problem or '')."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    for extra in solutions.iterdir():  # helper folders next to the notebooks (homework/ ...)
-        if extra.is_dir() and not extra.name.startswith(".") and not (workdir / extra.name).exists():
-            try:
-                (workdir / extra.name).symlink_to(extra.resolve(), target_is_directory=True)
-            except OSError:
-                pass
-    path = workdir / name
-    nbformat.write(nb, path)
-    (workdir / "_grade_plugin.py").write_text(PLUGIN, encoding="utf-8")
-    (workdir / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    results = workdir / "_grade_results.jsonl"
-    results.unlink(missing_ok=True)
-    env = dict(quiet_environ(override=True), GRADE_RESULTS=str(results),
-               MPLBACKEND="module://matplotlib_inline.backend_inline",
-               PYTHONPATH=os.pathsep.join([str(workdir)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("PYTEST_ADDOPTS", None)
-    if threads:
-        env.setdefault("OMP_NUM_THREADS", str(threads))
-    cmd = [sys.executable, "-m", "pytest", "-c", str(workdir / "pytest.ini"), "--rootdir", str(workdir),
-           "-p", "no:cacheprovider", "-p", "_grade_plugin", "--nbval-lax", "--nbval-current-env",
-           f"--nbval-cell-timeout={cell_timeout}", "-q", name]
-    problem = ""
-    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=total_timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, _ = proc.communicate()
-        problem = f"超过总时限 {total_timeout} s,已终止"
+        return await run_cells(cells, box, cell_timeout=options.cell_timeout, deadline=deadline,
+                               grace=options.grace)
     finally:
-        _kill_group(proc)  # a kernel left behind by pytest
-    records = read_metrics(results)  # the JSONL reader of course_utils.monitor: a torn last line is skipped
-    if not records and not problem:
-        tail = _ANSI.sub("", (out or b"").decode("utf-8", "replace")).strip().splitlines()[-3:]
-        problem = "pytest 没有运行任何格子: " + " / ".join(tail)
-    return records, problem
+        box.close()
 
 
-def grade_notebook(learner: str, path: Path, solutions: Path, scratch: Path,
-                   cell_timeout: int = 60, total_timeout: int = 600, threads: int = 0) -> Grade:
-    """Grade one submitted notebook; never raises for a bad submission."""
-    grade = Grade(learner, path.name)
-    reference_path = find_reference(path, solutions)
-    if reference_path is None:
-        grade.notes.append(f"在 {solutions} 中找不到对应的参考 notebook")
-        return grade
-    grade.notebook = reference_path.name
-    reference = nbformat.read(reference_path, as_version=4)
-    checks = [c for c in learner_notebook(reference).cells if _is(c, "check")]
-    grade.total = len(checks)
-    if not checks:
-        grade.notes.append("参考 notebook 没有 check 格子,不计分(未运行)")
-        return grade
-    if not path.exists():
-        grade.notes.append("文件不存在")
+async def grade_item(item: Item, released: nbformat.NotebookNode, options: Options, private: Path) -> Grade:
+    """Grade one learner x notebook; never raises for a bad submission."""
+    ref_checks = [c for c in released.cells if _is(c, "check")]
+    grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=list(item.notes),
+                  review=list(item.review))
+    if not options.sandbox:
+        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
+
+    def unrun(reason: str) -> None:
+        grade.checks = [CheckOutcome(str(c.get("id") or f"check {k + 1}"), False, reason)
+                        for k, c in enumerate(ref_checks)]
+
+    if item.path is None:
+        unrun("未提交")
         return grade
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        submission = nbformat.from_dict(raw)
-        if not isinstance(submission.get("cells"), list):
-            raise ValueError("没有 cells 列表")
-    except (ValueError, UnicodeDecodeError, TypeError, AttributeError) as exc:
-        grade.notes.append(f"无法读取(不是有效的 notebook JSON): {str(exc)[:120]}")
+        submission = read_notebook(item.path)
+    except (UnreadableNotebook, OSError) as exc:
+        grade.notes.append(f"无法读取: {exc}")
+        unrun(f"无法读取: {exc}")
         return grade
-    graded, notes = merge(reference, submission)
-    grade.notes += notes
-    records, problem = run_notebook(graded, scratch, reference_path.name, cell_timeout, total_timeout, solutions,
-                                   threads)
-    if problem:
-        grade.notes.append(problem)
-    check_records = [r for r in records if "check" in r.get("tags", [])]
-    seen = {r.get("index") for r in check_records}
-    grade.passed = sum(r["outcome"] == "passed" for r in check_records)
-    for k, rec in enumerate(check_records):
-        if rec["outcome"] == "failed" and "Kernel dead" in (rec.get("message") or ""):
-            grade.notes.append(f"check {rec.get('index')}: 未运行(内核已退出,提交的代码是否结束了进程?)")
-        elif rec["outcome"] == "failed":
-            grade.notes.append(f"check {rec.get('index')}: {rec.get('message') or '失败'}")
-        elif rec["outcome"] != "passed":
-            grade.notes.append(f"check {rec.get('index')}: 未运行(前面的格子超时或内核已退出)")
-    if len(seen) < grade.total:
-        grade.notes.append(f"{grade.total - len(seen)} 个 check 没有运行结果(内核退出或被终止)")
-    timed_out = [r for r in records if "Timeout" in (r.get("message") or "")]
-    if timed_out:
-        grade.notes.append(f"格子 {timed_out[0].get('index')} 超过单格时限 {cell_timeout} s")
+    plan = make_plan(released, submission)
+    grade.notes += plan.notes
+    stubbed: dict[int, str] = {}
+    for index, flags in plan.flags.items():
+        text = "; ".join(str(f) for f in flags)
+        grade.review.append(f"{plan.label(index)}: {text}")
+        if options.run_flagged:
+            grade.notes.append(f"需人工检查: {plan.label(index)}: {text}(--run-flagged: 照常运行)")
+        else:
+            stubbed[index] = f"需人工检查,{plan.label(index)} 未运行,暂按 0 分: {text}"
+            grade.notes.append(stubbed[index])
+    outcomes: dict[int, CellResult] = {}
+    deadline = time.monotonic() + options.timeout
+    ended = ""
+    while True:
+        result = await _run(plan, stubbed, options, private, deadline)
+        if result.startup_error:
+            ended = f"内核无法启动: {result.startup_error}"
+            grade.notes.append(ended)
+            break
+        outcomes.update({i: r for i, r in result.cells.items() if i in plan.checks})
+        stop = result.stop
+        if stop is None:
+            break
+        event = _event(plan, stop, options)
+        offender = stop.index if stop.index in plan.exercises else max(
+            (e for e in plan.exercises if e < stop.index), default=None)
+        if stop.status == "deadline" or offender is None or offender in stubbed:
+            ended = event + ("" if stop.status == "deadline" else
+                             ";问题不在某个练习里,无法重新运行" if offender is None else ";该练习已按未完成运行过,不再重试")
+            grade.notes.append(ended)
+            break
+        stubbed[offender] = event
+        grade.notes.append(f"{event};重新运行,{plan.label(offender)} 按未完成处理")
+    for k, index in enumerate(plan.checks):
+        label = plan.label(index)
+        owner = plan.owner[index]
+        if index in plan.outside and not (owner in stubbed and owner in plan.flags and not options.run_flagged):
+            exercises = [_source(plan.notebook.cells[e]) for e in plan.exercises]
+            passed, message = await asyncio.to_thread(score_outside, plan.outside[index], exercises)
+        elif index in outcomes:
+            cell = outcomes[index]
+            passed = cell.status == "ok"
+            message = "" if passed else (stubbed[owner] if owner in stubbed else cell.message or cell.status)
+        else:
+            passed, message = False, "未运行: " + (ended or "内核已退出")
+        grade.checks.append(CheckOutcome(label, passed, message))
+        if not passed and not any(message in note for note in grade.notes):
+            grade.notes.append(f"{label}: {message}")
+    grade.passed = sum(c.passed for c in grade.checks)
     return grade
 
 
-def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", cell_timeout: int = 60,
-              total_timeout: int = 600, jobs: int = 1, verbose: bool = True) -> list[Grade]:
-    """Grade every notebook of every submission, one subprocess each (``jobs`` at a time)."""
-    from concurrent.futures import ThreadPoolExecutor
+# ---------------------------------------------------------------- a class
 
-    pairs = collect(submissions)
-    # parallel kernels on a few cores: one torch thread each, unless OMP_NUM_THREADS is set
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        def one(n: int) -> Grade:
-            learner, path = pairs[n]
+def _shard(items: list[Item], findings: list[Finding], shard: tuple[int, int] | None):
+    if shard is None:
+        return items, findings
+    k, n = shard
+    learners = sorted({i.learner for i in items})
+    mine = {name for index, name in enumerate(learners) if index % n == k - 1}
+    return ([i for i in items if i.learner in mine],
+            [f for f in findings if f.learner in mine or (not f.learner and k == 1)])
+
+
+def _check_hidden(paths: list[Path]) -> None:
+    visible = readonly_paths()
+    for path in paths:
+        resolved = Path(path).resolve()
+        for bound in visible:
+            if resolved == bound or bound in resolved.parents:
+                raise SandboxUnavailable(f"{path} 位于沙箱可见的目录 {bound} 里,学员代码能读到它;请把它移到别处")
+
+
+def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", options: Options | None = None,
+              report: Path | None = None, shard: tuple[int, int] | None = None, resume: bool = False,
+              verbose: bool = True) -> list[Grade]:
+    """Grade every learner x graded notebook under ``submissions``; ``jobs`` notebooks at a time.
+
+    With ``report``, rows are written as each notebook finishes (see :class:`Report`). Raises
+    :class:`SandboxUnavailable` when the sandbox cannot run (unless ``options.sandbox`` is False).
+    """
+    options = options or Options()
+    paths, released = references(Path(solutions))
+    if options.sandbox:
+        check_available(options.limits)
+        _check_hidden([Path(solutions), *submissions] + ([report] if report else []))
+    for notebook in released.values():  # import the outside checks' modules now, not while kernels run
+        for cell in notebook.cells:
+            if _is(cell, "check") and (o := outside_check(_source(cell))):
+                __import__(o.module)
+    items, findings = collect(list(submissions), paths, set(released))
+    items, findings = _shard(items, findings, shard)
+    out = Report(report, resume) if report else None
+    if out:
+        out.write_files(findings)
+    todo = [i for i in items if not out or Grade(i.learner, i.reference.name).key not in out.done]
+    if verbose:
+        print(f"{len({i.learner for i in items})} 位学员,{len(items)} 个 notebook 行,待批改 {len(todo)} 个;"
+              f"{'沙箱: bubblewrap' if options.sandbox else '未沙箱(--no-sandbox)'};并行 {options.jobs}",
+              file=sys.stderr, flush=True)
+    grades = asyncio.run(_grade_items(todo, released, options, out, verbose))
+    everything = sorted(out.grades if out else grades, key=lambda g: g.key)
+    if out:
+        out.finish(everything)
+    return everything
+
+
+async def _grade_items(items: list[Item], released: dict, options: Options, out: Report | None,
+                       verbose: bool) -> list[Grade]:
+    from tqdm.auto import tqdm
+
+    private = Path(tempfile.mkdtemp(prefix="grade-"))
+    semaphore = asyncio.Semaphore(max(1, options.jobs))
+    bar = tqdm(total=len(items), unit="nb", disable=not verbose or not items, file=sys.stderr, dynamic_ncols=True)
+    grades: list[Grade] = []
+
+    async def one(item: Item) -> None:
+        async with semaphore:
             start = time.perf_counter()
-            scratch = Path(tmp) / f"{n:03d}"
             try:
-                grade = grade_notebook(learner, path, Path(solutions), scratch, cell_timeout, total_timeout, threads)
-            except Exception as exc:  # a grader bug must not stop the others
-                grade = Grade(learner, path.name, notes=[f"评分出错: {type(exc).__name__}: {exc}"])
-            shutil.rmtree(scratch, ignore_errors=True)
+                grade = await grade_item(item, released[item.reference.name], options, private)
+            except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
+                ref_checks = [c for c in released[item.reference.name].cells if _is(c, "check")]
+                grade = Grade(item.learner, item.reference.name, total=len(ref_checks),
+                              notes=[f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"],
+                              checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
+            grades.append(grade)
+            if out:
+                out.add(grade)
             if verbose:
-                print(f"  {learner} / {grade.notebook}: {grade.passed}/{grade.total} "
-                      f"({time.perf_counter() - start:.0f} s)", flush=True)
-            return grade
+                bar.write(f"  {safe_field(grade.learner, 60)} / {grade.notebook}: {grade.passed}/{grade.total}"
+                          f" ({time.perf_counter() - start:.0f} s)")
+            bar.update(1)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            return list(pool.map(one, range(len(pairs))))
-
-
-def table(grades: list[Grade]) -> str:
-    """The grades as an aligned text table, plus one total line per learner."""
-    rows = [("learner", "notebook", "passed", "total", "score")]
-    rows += [(g.learner, g.notebook, str(g.passed), str(g.total), f"{g.score:.0%}" if g.total else "-")
-             for g in grades]
-    learners: dict[str, list[int]] = {}
-    for g in grades:
-        acc = learners.setdefault(g.learner, [0, 0])
-        acc[0] += g.passed
-        acc[1] += g.total
-    rows += [(name, "(all)", str(p), str(t), f"{p / t:.0%}" if t else "-") for name, (p, t) in learners.items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    notes = [f"- {g.learner} / {g.notebook}: {'; '.join(g.notes)}" for g in grades if g.notes]
-    return "\n".join(lines + (["", "notes:"] + notes if notes else []))
+    try:
+        await asyncio.gather(*(one(i) for i in items))
+    finally:
+        bar.close()
+        shutil.rmtree(private, ignore_errors=True)
+    return grades
 
 
-def write_csv(grades: list[Grade], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for g in grades:
-            writer.writerow(g.row())
+# ---------------------------------------------------------------- command line
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise argparse.ArgumentTypeError("格式为 K/N,1 ≤ K ≤ N,例如 2/4")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _size_arg(text: str) -> int:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([GgMm])?i?[Bb]?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError("例如 6G 或 4096M")
+    return int(float(match.group(1)) * (2 ** 20 if (match.group(2) or "G").upper() == "M" else GiB))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("submissions", nargs="+", type=Path, help="notebooks, learner folders, or a folder of learner folders")
-    p.add_argument("--report", type=Path, default=None, help="CSV to write (learner,notebook,passed,total,score,notes)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:
+        p = argparse.ArgumentParser(prog="python -m course_tools.grade merge",
+                                    description="Combine the reports of --shard runs into one.")
+        p.add_argument("inputs", nargs="+", type=Path, help="the shards' grades CSV files")
+        p.add_argument("--report", type=Path, required=True, help="the combined CSV to write")
+        args = p.parse_args(argv[1:])
+        try:
+            grades = merge_reports(args.inputs, args.report)
+        except (ValueError, OSError) as exc:
+            print(f"无法合并: {exc}", file=sys.stderr)
+            return 2
+        print(table(grades))
+        print(f"\n{pass_rate_table(grades)}\n\nwrote {args.report}")
+        return 0
+    p = argparse.ArgumentParser(prog="python -m course_tools.grade", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("submissions", nargs="+", type=Path, help="notebooks, learner folders, or class folders")
+    p.add_argument("--report", type=Path, default=None, help="CSV to write (also .checks.csv, .files.csv, "
+                   ".pass_rate.csv and a _feedback/ folder next to it)")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
-    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (default 120)")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per notebook in total (default 900)")
+    p.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (default 120)")
+    p.add_argument("--timeout", type=float, default=900, help="hard limit per notebook, all reruns included (default 900)")
     p.add_argument("--jobs", type=int, default=1, help="notebooks graded at the same time (default 1)")
+    p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")
+    p.add_argument("--memory", type=_size_arg, default=Limits().memory, help="address-space limit per process (default 6G)")
+    p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
+    p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review instead of stubbing them")
     args = p.parse_args(argv)
-    grades = grade_all(args.submissions, args.solutions, args.cell_timeout, args.timeout, args.jobs)
+    if args.resume and not args.report:
+        p.error("--resume 需要 --report")
+    options = Options(cell_timeout=args.cell_timeout, timeout=args.timeout, jobs=max(1, args.jobs),
+                      sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged)
+    try:
+        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume)
+    except SandboxUnavailable as exc:
+        print(f"无法启动沙箱: {exc}", file=sys.stderr)
+        return 2
+    except AuthoringError as exc:
+        print(f"参考 notebook 有编写错误: {exc}", file=sys.stderr)
+        return 2
     print(table(grades))
+    print(f"\n{pass_rate_table(grades)}")
     if args.report:
-        write_csv(grades, args.report)
-        print(f"wrote {args.report}")
+        print(f"\nwrote {args.report} (+ .checks.csv, .files.csv, .pass_rate.csv, {args.report.stem}_feedback/)")
     return 0
 
 

@@ -1,29 +1,39 @@
-"""The instructor grader (course_tools.grade) on a tiny reference notebook pair.
+"""The instructor grader's parts, on the tiny reference notebooks in tests/fixtures/grading/solutions/.
 
-tests/fixtures/grading/solutions/01_fixture.ipynb has two exercises (add, square), each
-followed by a check cell, plus a solution-only cell. All submissions below are graded
-in one ``grade_all`` call (one pytest+nbval subprocess per notebook), as an instructor
-would, so the slow parts run once.
+01_fixture has two exercises (add, square), each followed by a check cell, plus a solution-only
+cell; 02_fixture has the self-test answers (scored outside the kernel) and a cube exercise.
+Collection, merging, the tamper scan, the literal answers and the reports are tested without a
+kernel; a few kernels test the sandbox's time limits, ``--no-sandbox`` and ``--resume``. The
+hostile class (every attack at once, one grader call) is in tests/test_grade_hostile.py.
 """
 from __future__ import annotations
 
+import asyncio
+import codecs
 import copy
 import csv
+import shutil
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_tools import grade
+from course_tools import grade, grade_report, sandbox
+from course_tools.grade_answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
+from course_tools.grade_collect import UnreadableNotebook, collect, read_notebook
+from course_tools.grade_kernel import run_cells
+from course_tools.grade_report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
+from course_tools.grade_scan import scan
 from course_tools.release import learner_notebook
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "grading" / "solutions"
-NAME = "01_fixture.ipynb"
-CELL_TIMEOUT = 15
+NAME, NAME2 = "01_fixture.ipynb", "02_fixture.ipynb"
 
 
-def _reference() -> nbformat.NotebookNode:
-    return nbformat.read(FIXTURE / NAME, as_version=4)
+def _ref(name: str = NAME) -> nbformat.NotebookNode:
+    return nbformat.read(FIXTURE / name, as_version=4)
 
 
 def _cell(nb, cell_id):
@@ -33,141 +43,339 @@ def _cell(nb, cell_id):
 def _write(folder: Path, nb, name: str = NAME) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, folder / name)
-    return folder
+    return folder / name
+
+
+def _solved_add_only():
+    nb = learner_notebook(_ref())
+    _cell(nb, "ex-add").source = "def add(a, b):\n    return a + b"
+    return nb
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("submissions")
-    ref = _reference()
-    stub = learner_notebook(ref)
-    subs = {}
-    subs["solved"] = _write(root / "solved", ref)                      # the reference itself
-    subs["stub"] = _write(root / "stub", stub)                         # the released notebook, untouched
-
-    broken = copy.deepcopy(stub)                                       # add solved, square wrong
-    _cell(broken, "ex-add").source = "def add(a, b):\n    return a + b"
-    _cell(broken, "ex-square").source = "def square(x):\n    return 2 * x"
-    subs["broken"] = _write(root / "broken", broken)
-
-    tampered = copy.deepcopy(broken)                                   # check cell "fixed" by the learner
-    _cell(tampered, "check-square").source = "print('✅ square 正确')"
-    tampered.cells = [c for c in tampered.cells if c.get("id") != "check-add"]  # and one deleted
-    subs["tampered"] = _write(root / "tampered", tampered)
-
-    loop = copy.deepcopy(stub)                                         # square never returns
-    _cell(loop, "ex-add").source = "def add(a, b):\n    return a + b"
-    _cell(loop, "ex-square").source = "def square(x):\n    while True:\n        pass"
-    subs["loop"] = _write(root / "loop", loop)
-
-    dies = copy.deepcopy(stub)                                         # exercise cell kills the kernel
-    _cell(dies, "ex-add").source = "import os\nos._exit(3)"
-    subs["dies"] = _write(root / "dies", dies)
-
-    old = copy.deepcopy(ref)                                           # older version: other ids, one exercise
-    old.cells = [c for c in old.cells if c.get("id") != "ex-square"]
-    _cell(old, "ex-add").id = "old-add-id"
-    subs["old"] = _write(root / "old", old)
-
-    corrupt = root / "corrupt"
-    corrupt.mkdir()
-    (corrupt / NAME).write_text('{"cells": [ {"cell_type": "code", ', encoding="utf-8")
-    subs["corrupt"] = corrupt
-
-    loose = root / "01_loose.ipynb"                                    # a loose file: learner = file name
-    nbformat.write(ref, loose)
-    subs["loose"] = loose
-
-    order = ["solved", "stub", "broken", "tampered", "loop", "dies", "old", "corrupt", "loose"]
-    grades = grade.grade_all([subs[k] for k in order], solutions=FIXTURE, cell_timeout=CELL_TIMEOUT,
-                             total_timeout=240, jobs=3, verbose=False)
-    by_learner = {g.learner: g for g in grades}
-    report = root / "grades.csv"
-    grade.write_csv(grades, report)
-    return by_learner, report
+def sandbox_ok():
+    """Skip (naming the package) where bubblewrap is missing or cannot build a sandbox."""
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"needs bubblewrap (Debian package 'bubblewrap', command bwrap): {exc}")
 
 
-def test_solutions_score_full(graded):
-    g = graded[0]["solved"]
-    assert (g.passed, g.total, g.score) == (2, 2, 1.0), g.notes
-    assert g.notes == []
-
-
-def test_released_stubs_score_zero(graded):
-    g = graded[0]["stub"]
-    assert (g.passed, g.total) == (0, 2)
-    assert sum("练习尚未完成" in n for n in g.notes) == 2
-
-
-def test_one_broken_exercise_loses_only_its_check(graded):
-    g = graded[0]["broken"]
-    assert (g.passed, g.total) == (1, 2)
-    assert len(g.notes) == 1 and "square" in g.notes[0] and "期望" in g.notes[0]
-
-
-def test_tampered_or_deleted_check_cells_are_restored(graded):
-    g = graded[0]["tampered"]
-    assert (g.passed, g.total) == (1, 2), g.notes
-    assert any("square" in n and "期望" in n for n in g.notes)
-
-
-def test_infinite_loop_is_stopped_and_others_still_graded(graded):
-    g = graded[0]["loop"]
-    assert (g.passed, g.total) == (1, 2), g.notes
-    assert any("超过单格时限" in n for n in g.notes), g.notes
-    assert graded[0]["solved"].score == 1.0 and graded[0]["broken"].passed == 1
-
-
-def test_kernel_exit_is_graded_zero_with_note(graded):
-    g = graded[0]["dies"]
-    assert (g.passed, g.total) == (0, 2)
-    assert any("内核已退出" in n for n in g.notes), g.notes
-
-
-def test_older_version_is_matched_by_order_and_noted(graded):
-    g = graded[0]["old"]
-    assert (g.passed, g.total) == (1, 2), g.notes                     # add matched by order; square missing
-    assert any("旧版本" in n and "按顺序匹配 1" in n and "未找到练习 [2]" in n for n in g.notes), g.notes
-
-
-def test_corrupt_file_is_reported_not_crashed_on(graded):
-    g = graded[0]["corrupt"]
-    assert (g.passed, g.total) == (0, 2)
-    assert any("不是有效的 notebook JSON" in n for n in g.notes)
-
-
-def test_loose_notebook_learner_is_file_name_and_csv_columns(graded):
-    by_learner, report = graded
-    assert by_learner["01_loose.ipynb"].score == 1.0
-    with open(report, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    assert tuple(rows[0].keys()) == grade.COLUMNS
-    assert len(rows) == 9
-    for row in rows:
-        assert 0.0 <= float(row["score"]) <= 1.0
-    assert {r["learner"]: r["score"] for r in rows}["solved"] == "1.000"
-
+# ---------------------------------------------------------------- merging
 
 def test_merge_takes_only_exercise_sources_from_the_learner():
-    ref = _reference()
-    sub = learner_notebook(ref)
+    released = learner_notebook(_ref())
+    sub = learner_notebook(_ref())
     _cell(sub, "ex-add").source = "def add(a, b):\n    return 0"
     _cell(sub, "ex-add").metadata["tags"] = ["exercise", "nbval-skip"]  # tags are not taken over
     _cell(sub, "check-add").source = "pass"
     sub.cells.insert(0, nbformat.v4.new_code_cell("import os"))         # extra cells are ignored
-    merged, notes = grade.merge(ref, sub)
+    merged, notes = grade.merge(released, sub)
     assert notes == []
     assert _cell(merged, "ex-add").source.endswith("return 0")
     assert _cell(merged, "ex-add").metadata["tags"] == ["exercise"]
-    assert _cell(merged, "check-add").source == _cell(ref, "check-add").source
+    assert _cell(merged, "check-add").source == _cell(_ref(), "check-add").source
     assert "NotImplementedError" in _cell(merged, "ex-square").source    # learner's stub kept
     assert all(c.get("id") != "sol-only" for c in merged.cells)         # solution-only cells dropped
-    assert [c.get("id") for c in merged.cells if c.cell_type == "code"][0] == "setup"
 
 
-def test_collect_folder_of_learner_folders(tmp_path):
-    for learner in ("ann", "ben"):
-        _write(tmp_path / "class" / learner, _reference())
-    pairs = grade.collect([tmp_path / "class"])
-    assert [(l, p.name) for l, p in pairs] == [("ann", NAME), ("ben", NAME)]
-    assert grade.find_reference(Path("01_fixture (1).ipynb"), FIXTURE) == FIXTURE / NAME
+def test_merge_matches_untagged_or_renamed_cells_by_function_name_then_order():
+    released = learner_notebook(_ref())
+    sub = copy.deepcopy(_ref())
+    for c in sub.cells:
+        c.id = "x" + c.id                          # ids changed (another copy of the notebook)
+    _cell(sub, "xex-square").metadata = {}         # tag lost
+    merged, notes = grade.merge(released, sub)
+    assert "return x * x" in _cell(merged, "ex-square").source and "return a + b" in _cell(merged, "ex-add").source
+    assert any("按函数名匹配 2 个" in n for n in notes), notes
+
+
+def test_merge_survives_malformed_cells():
+    released = learner_notebook(_ref())
+    sub = nbformat.from_dict({"cells": [{"cell_type": "code", "id": ["x"], "metadata": [], "source": 5},
+                                        {"cell_type": "code", "metadata": {"tags": "exercise"}, "source": ["def add"]}],
+                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    merged, notes = grade.merge(released, sub)
+    assert "未找到练习 [1, 2]" in notes[0]
+    assert "NotImplementedError" in _cell(merged, "ex-add").source
+
+
+def test_plan_knows_checks_owners_and_outside_checks():
+    plan = grade.make_plan(learner_notebook(_ref(NAME2)), _ref(NAME2))
+    assert [plan.label(i) for i in plan.checks] == ["check-answers", "check-cube"]
+    assert [plan.owner[i] for i in plan.checks] == plan.exercises
+    assert list(plan.outside) == plan.checks[:1]
+    assert plan.outside[plan.checks[0]] == OutsideCheck("course_tools.checks.nb09_quiz", "check_self_test_answers",
+                                                         "self_test_answers")
+    assert plan.flags == {}
+
+
+# ---------------------------------------------------------------- collecting
+
+def test_collect_every_learner_gets_a_row_per_graded_notebook(tmp_path):
+    refs = [FIXTURE / NAME, FIXTURE / NAME2]
+    _write(tmp_path / "class" / "ann", _ref())
+    (tmp_path / "class" / "ben").mkdir()
+    _write(tmp_path / "class", _ref())                                   # a stray notebook at the root
+    items, findings = collect([tmp_path / "class"], refs)
+    assert sorted((i.learner, i.reference.name, i.path is not None) for i in items) == [
+        ("ann", NAME, True), ("ann", NAME2, False), ("ben", NAME, False), ("ben", NAME2, False)]
+    assert [f.reason for f in findings if f.path == f"class/{NAME}"][0].startswith("不在学员文件夹里")
+
+
+def test_collect_reports_every_file(tmp_path):
+    refs = [FIXTURE / NAME, FIXTURE / NAME2]
+    c = tmp_path / "class"
+    _write(c / "mis", _ref(), "1_fixture.ipynb")
+    _write(c / "upper", _ref(), "01_FIXTURE.IPYNB")
+    _write(c / "topic", _ref(), "fixture_final.ipynb")
+    _write(c / "nested" / "unzipped", _ref())
+    _write(c / "dup", _ref())
+    _write(c / "dup", _ref(), "01_fixture (1).ipynb")
+    _write(c / "dup" / ".ipynb_checkpoints", _ref(), "01_fixture-checkpoint.ipynb")
+    (c / "dup" / "notes.txt").write_text("hi")
+    (c / "link").mkdir()
+    (c / "link" / NAME).symlink_to(FIXTURE / NAME)
+    _write(c / ".hidden", _ref())
+    _write(c / "other", _ref(), "03_unknown.ipynb")
+    items, findings = collect([c], refs)
+    by = {(i.learner, i.reference.name): i for i in items}
+    assert by["mis", NAME].path.name == "1_fixture.ipynb" and "不规范" in by["mis", NAME].notes[0]
+    assert by["upper", NAME].path.name == "01_FIXTURE.IPYNB"
+    assert by["topic", NAME].path is None  # "fixture" names both references: never guessed
+    assert by["nested", NAME].path.parent.name == "unzipped"
+    assert by["dup", NAME].path.name == NAME and by["dup", NAME].review
+    assert by["link", NAME].path is None and any("符号链接" in n for n in by["link", NAME].notes)
+    assert by["other", NAME].path is None and any("03_unknown" in n for n in by["other", NAME].notes)
+    assert ".hidden" not in {i.learner for i in items}
+    reasons = {f.path: (f.status, f.reason) for f in findings}
+    assert reasons["class/link/01_fixture.ipynb"][0] == "refused"
+    assert reasons["class/.hidden"][1].startswith("隐藏")
+    assert reasons["class/dup/.ipynb_checkpoints"][1].startswith("隐藏")
+    assert reasons["class/dup/01_fixture (1).ipynb"][1].startswith("重复")
+    assert reasons["class/dup/notes.txt"][1].startswith("不是 notebook")
+    assert reasons["class/other/03_unknown.ipynb"][1].startswith("无法对应")
+
+
+def test_collect_keys_learners_by_relative_path(tmp_path):
+    refs = [FIXTURE / NAME]
+    _write(tmp_path / "sec1" / "alice", _ref())
+    _write(tmp_path / "sec2" / "alice", _ref())
+    _write(tmp_path / "sec2" / "bob", _ref())
+    items, _ = collect([tmp_path / "sec1", tmp_path / "sec2"], refs)
+    assert sorted(i.learner for i in items) == ["sec1/alice", "sec2/alice", "sec2/bob"]
+    items, _ = collect([tmp_path], refs)                                  # sections inside one root
+    assert sorted(i.learner for i in items) == ["sec1/alice", "sec2/alice", "sec2/bob"]
+    items, _ = collect([tmp_path / "sec1" / "alice"], refs)               # one learner folder
+    assert [i.learner for i in items] == ["alice"]
+
+
+def test_read_notebook_v3_bom_utf16_and_garbage(tmp_path):
+    ref = _ref()
+    v3 = tmp_path / "v3.ipynb"
+    v3.write_text(nbformat.writes(nbformat.convert(ref, 3), version=3), encoding="utf-8")
+    bom = tmp_path / "bom.ipynb"
+    bom.write_bytes(codecs.BOM_UTF8 + nbformat.writes(ref).encode())
+    u16 = tmp_path / "u16.ipynb"
+    u16.write_bytes(nbformat.writes(ref).encode("utf-16"))
+    for path in (v3, bom, u16):
+        nb = read_notebook(path)
+        assert nb.nbformat == 4 and any("return a + b" in c.source for c in nb.cells), path
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text('{"cells": [ {"cell_type": "code", ', encoding="utf-8")
+    with pytest.raises(UnreadableNotebook, match="不是有效的 notebook JSON"):
+        read_notebook(bad)
+
+
+# ---------------------------------------------------------------- tamper scan and literal answers
+
+def test_honest_solutions_scan_clean():
+    """No exercise of any notebook (or of the fixtures) is flagged: the scan costs honest learners nothing."""
+    sources = [c.source for p in sorted(ROOT.glob("solutions/*.ipynb")) + sorted(FIXTURE.glob("*.ipynb"))
+               for c in nbformat.read(p, as_version=4).cells if "exercise" in c.metadata.get("tags", [])]
+    assert len(sources) >= 14
+    assert {s[:40]: scan(s) for s in sources if scan(s)} == {}
+
+
+@pytest.mark.parametrize("source, line, reason", [
+    ("m = getattr(__import__('s' + 'ys'), 'modules')\nm['course_tools.checks'].expect = print", 1, "__import__"),
+    ("import sys as s\ns.modules.clear()", 2, "sys.modules"),
+    ("from sys import modules", 1, "sys.modules"),
+    ("sys = __import__('sys')\nx = sys.modules", 2, "sys.modules"),
+    ("get_ipython().input_transformers_post.append(len)", 1, "IPython"),
+    ("%load_ext something", 1, "魔法命令"),
+    ("%time import builtins", 1, "builtins"),
+    ("import course_tools.checks as c\nc.expect = print", 1, "course_tools"),
+    ("import torch\ntorch.allclose = lambda *a, **k: True", 2, "torch.allclose"),
+    ("__builtins__['len'] = max", 1, "__builtins__"),
+    ("import os\nos.environ['X'] = '1'", 2, "os.environ"),
+    ("open('/proc/1/cmdline')", 1, "/proc"),
+    ("import signal", 1, "signal"),
+    ("import os\nos.kill(1, 9)", 2, "os.kill"),
+    ("exec('import sys; sys.modules.clear()')", 1, "sys.modules"),
+    ("code = 'x = 1'\neval(code)", 2, "eval"),
+    ("g = getattr\ng(x, 'y')", 1, "getattr"),
+    ("def f(o, n):\n    return getattr(o, n)", 2, "getattr"),
+    ("f.__globals__['expect'] = print", 1, "__globals__"),
+    ("import importlib", 1, "importlib"),
+])
+def test_scan_flags_what_reaches_the_checks_or_the_runtime(source, line, reason):
+    flags = scan(source)
+    assert [f.line for f in flags][:1] == [line], flags
+    assert reason in flags[0].reason and flags[0].code == source.splitlines()[line - 1].strip()
+
+
+def test_literal_answers_are_read_without_running_anything():
+    src = 'def f():\n    """doc"""\n    return {"q1": "B", "q10": 0.999 ** 200, "q11": 30000 / 0.5 / 3600, "x": -1}'
+    assert literal_return(src, "f") == {"q1": "B", "q10": 0.999 ** 200, "q11": 30000 / 0.5 / 3600, "x": -1}
+    assert literal_return("def f():\n    a = dict(q1='B')\n    return a", "f") == {"q1": "B"}
+    for bad in ("def f():\n    return {k: 1 for k in 'ab'}", "def f():\n    return {'q': open('x').read()}",
+                "def f():\n    return {'q': 10 ** 100000}", "def f():\n    raise NotImplementedError('hint')"):
+        with pytest.raises(LiteralError):
+            literal_return(bad, "f")
+
+
+def test_self_test_is_scored_outside_against_the_key():
+    check = outside_check("from course_tools.checks.nb09_quiz import check_self_test_answers\n"
+                          "check_self_test_answers(self_test_answers)")
+    good = _cell(_ref(NAME2), "ex-answers").source.replace("### BEGIN SOLUTION", "#").replace("### END SOLUTION", "#")
+    assert score_outside(check, [good]) == (True, "")
+    passed, message = score_outside(check, [good.replace('"q3": "B"', '"q3": "A"')])
+    assert not passed and "q3" in message
+    computed = "def self_test_answers():\n    from course_tools.checks.nb09_quiz import QUIZ\n" \
+               "    return {q.id: q.answer for q in QUIZ.questions}"
+    passed, message = score_outside(check, [computed])
+    assert not passed and "字面量" in message
+    assert outside_check("from course_tools.checks import expect\nexpect(True, 'a', 'b')") is None
+
+
+# ---------------------------------------------------------------- reports
+
+def test_csv_fields_are_neutralised_and_clean():
+    assert safe_field('=HYPERLINK("http://x")') == "'=HYPERLINK(\"http://x\")"
+    assert [safe_field(s)[:2] for s in ("+1", "-1", "@A", "\tx")] == ["'+", "'-", "'@", "x"]
+    assert safe_field("a\x1b[31mred\x07\nnext\u202e") == "ared next"
+
+
+def _grades():
+    return [Grade("=ann", NAME, 1, 2, ["check-square: 期望 x"], [], [CheckOutcome("check-add", True),
+                                                                    CheckOutcome("check-square", False, "期望 x")]),
+            Grade("ben", NAME, 2, 2, [], [], [CheckOutcome("check-add", True), CheckOutcome("check-square", True)])]
+
+
+def test_report_rows_resume_pass_rate_and_feedback(tmp_path):
+    path = tmp_path / "grades.csv"
+    report = Report(path)
+    for g in _grades():
+        report.add(g)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("torn,01_fix")                                         # a run killed mid-write
+    resumed = Report(path, resume=True)
+    assert resumed.done == {("'=ann", NAME), ("ben", NAME)}
+    resumed.finish(resumed.grades)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["learner"] for r in rows] == ["'=ann", "ben"] and tuple(rows[0]) == grade_report.COLUMNS
+    rates = list(csv.reader(open(tmp_path / "grades.pass_rate.csv", encoding="utf-8")))
+    assert rates[1:] == [[NAME, "check-add", "2", "2", "1.000"], [NAME, "check-square", "1", "2", "0.500"]]
+    feedback = (tmp_path / "grades_feedback" / "ann.md").read_text(encoding="utf-8")
+    assert "总分: 1/2" in feedback and "❌ check-square: 期望 x" in feedback
+
+
+def test_merge_shards_and_refuse_overlap(tmp_path):
+    a, b = _grades()
+    for name, grades in (("s1.csv", [a]), ("s2.csv", [b])):
+        r = Report(tmp_path / name)
+        for g in grades:
+            r.add(g)
+        r.finish(grades)
+    merged = merge_reports([tmp_path / "s1.csv", tmp_path / "s2.csv"], tmp_path / "all.csv")
+    assert [g.key for g in merged] == [("'=ann", NAME), ("ben", NAME)]
+    assert [len(g.checks) for g in load_report(tmp_path / "all.csv")] == [2, 2]
+    with pytest.raises(ValueError, match="分片不应重叠"):
+        merge_reports([tmp_path / "s1.csv", tmp_path / "all.csv"], tmp_path / "again.csv")
+    assert grade.main(["merge", str(tmp_path / "s1.csv"), str(tmp_path / "s2.csv"), "--report",
+                       str(tmp_path / "cli.csv")]) == 0
+
+
+def test_shards_partition_the_learners(tmp_path):
+    for name in ("a", "b", "c", "d", "e"):
+        _write(tmp_path / "class" / name, _ref())
+    items, findings = collect([tmp_path / "class"], [FIXTURE / NAME])
+    parts = [grade._shard(items, findings, (k, 3))[0] for k in (1, 2, 3)]
+    learners = [{i.learner for i in p} for p in parts]
+    assert set().union(*learners) == {"a", "b", "c", "d", "e"} and sum(map(len, learners)) == 5
+    assert learners == [{i.learner for i in grade._shard(items, findings, (k, 3))[0]} for k in (1, 2, 3)]
+
+
+# ---------------------------------------------------------------- the sandbox
+
+def test_missing_bubblewrap_stops_the_grader_with_a_chinese_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sandbox, "_AVAILABLE", {})
+    _write(tmp_path / "class" / "ann", _ref())
+    assert grade.main([str(tmp_path / "class"), "--solutions", str(FIXTURE)]) == 2
+    err = capsys.readouterr().err
+    assert "bubblewrap" in err and "apt-get install bubblewrap" in err and "--no-sandbox" in err
+
+
+def _box_run(sources, tmp_path, cell_timeout=30.0, grace=2.0, use_sandbox=True):
+    box = sandbox.KernelBox(tmp_path, sandbox.Limits(), 1, use_sandbox)
+    try:
+        start = time.monotonic()
+        result = asyncio.run(run_cells(list(enumerate(sources)), box, cell_timeout=cell_timeout,
+                                       deadline=start + 120, grace=grace))
+        return result, time.monotonic() - start
+    finally:
+        box.close()
+
+
+def test_sandboxed_kernel_sees_nothing_of_the_host(sandbox_ok, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADE_SECRET", "instructor-token")
+    probe = (
+        "import os, pathlib, socket, course_utils\n"
+        "assert os.getpid() < 10, os.getpid()\n"                              # own PID namespace
+        "assert os.getenv('GRADE_SECRET') is None and os.getenv('HOME') == '/home/learner', 'env'\n"
+        "assert os.listdir('/home/learner') == [] and os.getcwd() == '/scratch', os.listdir('/home/learner')\n"
+        "root = pathlib.Path(course_utils.__file__).resolve().parents[1]\n"
+        "assert sorted(os.listdir(root)) == ['course_tools', 'course_utils'], os.listdir(root)\n"
+        f"assert not pathlib.Path({str(FIXTURE)!r}).exists(), 'reference visible'\n"
+        f"assert not pathlib.Path({str(tmp_path / 'secret.txt')!r}).exists(), 'grader file visible'\n"
+        "try:\n    open(pathlib.Path(course_utils.__file__), 'a')\nexcept OSError as e:\n    assert e.errno == 30, e\n"
+        "else:\n    raise AssertionError('course_utils is writable')\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\nexcept OSError:\n    pass\n"
+        "else:\n    raise AssertionError('network reachable')\n")
+    (tmp_path / "secret.txt").write_text("grader's own file")   # beside the kernel's connection folder
+    result, _ = _box_run([probe], tmp_path)
+    assert result.stop is None and result.cells[0].status == "ok", result.cells[0]
+
+
+def test_sandbox_limits_dead_kernels_and_ignored_interrupts(sandbox_ok, tmp_path):
+    hog, _ = _box_run(["import mmap\nmmap.mmap(-1, 8 << 30)"], tmp_path)          # RLIMIT_AS: no 8 GiB map
+    assert hog.cells[0].status == "error" and "OSError" in hog.cells[0].ename
+    dead, seconds = _box_run(["import os\nos._exit(3)", "x = 1"], tmp_path, cell_timeout=60)
+    assert dead.stop.status == "dead" and dead.stop.index == 0 and seconds < 20      # noticed at once
+    loop, _ = _box_run(["while True:\n    pass", "x = 1"], tmp_path, cell_timeout=2)
+    assert loop.stop.status == "timeout" and loop.stop.ename == "KeyboardInterrupt" and 1 not in loop.cells
+    swallow = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass"
+    stuck, seconds = _box_run([swallow], tmp_path, cell_timeout=2, grace=2)
+    assert stuck.stop.status == "unresponsive" and 4 <= seconds < 20
+
+
+def test_no_sandbox_rows_say_so_and_resume_keeps_finished_rows(tmp_path):
+    """Benign code only: without the sandbox the learner's code runs as the instructor."""
+    _write(tmp_path / "class" / "ann", _ref())
+    report = tmp_path / "out" / "grades.csv"
+    options = grade.Options(cell_timeout=60, timeout=120, sandbox=False)
+    first = grade.grade_all([tmp_path / "class"], FIXTURE, options, report, verbose=False)
+    assert [(g.learner, g.notebook, g.passed, g.total) for g in first] == [("ann", NAME, 2, 2), ("ann", NAME2, 0, 2)]
+    assert all("未沙箱" in g.notes[0] for g in first)
+    rows = report.read_text(encoding="utf-8").replace("未沙箱运行(--no-sandbox)", "kept-from-first-run")
+    report.write_text(rows, encoding="utf-8")
+    _write(tmp_path / "class" / "ben", _solved_add_only())
+    second = grade.grade_all([tmp_path / "class"], FIXTURE, options, report, resume=True, verbose=False)
+    by = {(g.learner, g.notebook): g for g in second}
+    assert by["ann", NAME].notes[0] == "kept-from-first-run"                  # not graded again
+    assert (by["ben", NAME].passed, by["ben", NAME].total) == (1, 2)
+    assert len(list(csv.DictReader(open(report, encoding="utf-8")))) == 4
+    shutil.rmtree(tmp_path / "out")

@@ -1,0 +1,147 @@
+"""Checks the grader scores itself, outside the kernel: the self-test answers of ``09_self_test``.
+
+A check cell such as ``check_self_test_answers(self_test_answers)`` compares the learner's answer
+dict with the quiz key. Run inside the learner's kernel, anything there could compute the dict
+from the key or rebind the check. So for the checks listed in :data:`OUTSIDE` the grader ignores
+the kernel: it takes the learner's exercise *source*, reads the dict the function returns as a
+literal (:func:`literal_return`: strings, numbers, simple arithmetic such as ``0.999 ** 200``;
+nothing is called or imported) and runs the same check function in the grader's own process, with
+the key loaded from the installed ``course_tools`` there. The in-notebook check keeps working for
+learners unchanged; a function that builds its dict with code is not accepted by the grader (the
+note says to write the answers as a literal).
+
+Example::
+
+    answers = literal_return('def f():\\n    return {"q1": "B", "q10": 0.999 ** 200}', "f")
+    # {'q1': 'B', 'q10': 0.8186...}
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+from course_tools.grade_kernel import clean_text
+
+__all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside"]
+
+# (module, function) of check functions whose single argument is a function returning a literal
+OUTSIDE = {("course_tools.checks.nb09_quiz", "check_self_test_answers")}
+
+_LITERAL_HINT = "请把答案直接写成字面量 dict,例如 return {\"q1\": \"B\", \"q4\": \"ACD\", \"q10\": 0.82}"
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_MAX_ITEMS, _MAX_STR = 200, 10_000
+
+
+class LiteralError(ValueError):
+    """The learner's function does not return a plain literal; ``str()`` says why, in Chinese."""
+
+
+@dataclass(frozen=True)
+class OutsideCheck:
+    """A check cell scored by the grader: ``module.function(argument)``."""
+
+    module: str
+    function: str
+    argument: str
+
+
+def outside_check(check_source: str) -> OutsideCheck | None:
+    """The :data:`OUTSIDE` check called by a reference check cell, or None for an ordinary check."""
+    try:
+        tree = ast.parse(check_source)
+    except SyntaxError:
+        return None
+    imported = {alias.asname or alias.name: (node.module, alias.name) for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in imported
+                and imported[node.func.id] in OUTSIDE and len(node.args) == 1 and isinstance(node.args[0], ast.Name)):
+            module, function = imported[node.func.id]
+            return OutsideCheck(module, function, node.args[0].id)
+    return None
+
+
+def _value(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
+        if isinstance(node.value, str) and len(node.value) > _MAX_STR:
+            raise LiteralError("答案里的字符串太长")
+        return node.value
+    if isinstance(node, ast.Dict):
+        if None in node.keys or len(node.keys) > _MAX_ITEMS:
+            raise LiteralError(_LITERAL_HINT)
+        return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and len(node.elts) <= _MAX_ITEMS:
+        items = [_value(e) for e in node.elts]
+        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return {kw.arg: _value(kw.value) for kw in node.keywords if kw.arg}
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _value(node.operand)
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _value(node.left), _value(node.right)
+        if isinstance(left, str) and isinstance(right, str) and isinstance(node.op, ast.Add):
+            if len(left) + len(right) > _MAX_STR:
+                raise LiteralError("答案里的字符串太长")
+            return left + right
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right))
+        if numbers:
+            if isinstance(node.op, ast.Pow) and (abs(right) > 10_000 or abs(left) > 1e6):
+                raise LiteralError("答案里的乘方太大")
+            try:
+                result = _BINOPS[type(node.op)](float(left) if isinstance(node.op, ast.Pow) else left, right)
+            except (ArithmeticError, ValueError):
+                raise LiteralError("答案里的算式无法计算") from None
+            if isinstance(result, float) and not math.isfinite(result):
+                raise LiteralError("答案里的算式结果不是有限数")
+            return result
+    raise LiteralError(_LITERAL_HINT)
+
+
+def literal_return(source: str, function: str) -> Any:
+    """The literal that ``function`` (its last definition in ``source``) returns, read without running it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise LiteralError(f"练习代码有语法错误(第 {exc.lineno} 行)") from None
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if not defs:
+        raise LiteralError(f"没有找到函数 {function}()")
+    body = list(defs[-1].body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) == 1 and isinstance(body[0], ast.Raise):
+        raise LiteralError("练习尚未完成(函数里还是 raise NotImplementedError)")
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        return _value(body[0].value)
+    if (len(body) == 2 and isinstance(body[0], ast.Assign) and len(body[0].targets) == 1
+            and isinstance(body[0].targets[0], ast.Name) and isinstance(body[1], ast.Return)
+            and isinstance(body[1].value, ast.Name) and body[1].value.id == body[0].targets[0].id):
+        return _value(body[0].value)
+    raise LiteralError(_LITERAL_HINT)
+
+
+def score_outside(check: OutsideCheck, exercise_sources: list[str]) -> tuple[bool, str]:
+    """Run ``check`` in this process on the literal returned by the learner's function: (passed, message)."""
+    source = next((s for s in reversed(exercise_sources) if f"def {check.argument}" in s), "")
+    try:
+        value = literal_return(source, check.argument)
+    except LiteralError as exc:
+        return False, f"评分器不运行这个函数,只读取它返回的字面量: {exc}"
+    function = getattr(importlib.import_module(check.module), check.function)
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            function(lambda: value)
+        except AssertionError as exc:
+            return False, clean_text(exc)
+        except Exception as exc:  # noqa: BLE001 - a malformed answer must not stop grading
+            return False, clean_text(f"{type(exc).__name__}: {exc}")
+    return True, ""

@@ -1,0 +1,326 @@
+"""Find every learner and every submitted notebook under the submission folders; account for every file.
+
+A submission path is a learner's notebook, a learner folder (notebooks directly inside) or a class
+folder; learner folders are the folders at the depth where most notebooks sit (``alice/``, or
+``sec1/alice/`` for sections), so one stray notebook at the top hides nothing. Learners are keyed by their
+path relative to the submission root (prefixed by the root's name when several roots are given),
+so ``sec1/alice`` and ``sec2/alice`` are two learners. Every learner gets one :class:`Item` per
+graded reference notebook, submitted or not, so a missing notebook counts as 0, never as exempt.
+
+Each file and folder met is either graded or reported (:class:`Finding`): notebooks are matched to
+a reference by exact name, then ignoring case (``.IPYNB``), then by number (``2_grad_clipping.ipynb``,
+``02_x (1).ipynb``), then by name (``grad_clipping.ipynb``); a notebook in a subfolder is graded
+when the learner has none at the top (zip files nest). Reported, never graded: hidden files and
+folders (``.ipynb_checkpoints``), symlinks (refused: a link to the reference would score full
+marks), a second notebook for the same reference (the best match is graded, the row is flagged for
+review), notebooks outside any learner folder (strays), files that are not notebooks and
+notebooks that match no reference.
+
+:func:`read_notebook` reads nbformat v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4.
+
+Example::
+
+    items, findings = collect([Path("submissions")], sorted(Path("solutions").glob("[0-9][0-9]_*.ipynb")))
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["Item", "Finding", "UnreadableNotebook", "collect", "read_notebook", "reference_number"]
+
+_MAX_BYTES = 50 * 2 ** 20
+_MAX_DEPTH = 4          # folders below a learner folder that are searched for notebooks
+_MAX_ENTRIES = 5000     # entries looked at per learner
+_HIDDEN = ("__MACOSX",)
+
+
+class UnreadableNotebook(ValueError):
+    """A submitted file that is not a readable notebook; ``str()`` says why, in Chinese."""
+
+
+@dataclass
+class Item:
+    """One row to grade: ``learner`` x ``reference``; ``path`` is None when nothing was submitted."""
+
+    learner: str
+    reference: Path
+    path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """A file or folder met while collecting: ``status`` is graded, reported or refused."""
+
+    path: str
+    learner: str
+    status: str
+    reason: str
+
+
+def reference_number(name: str) -> int | None:
+    """The leading number of a notebook name: ``02_x.ipynb`` -> 2, ``2_x`` -> 2, ``x.ipynb`` -> None."""
+    match = re.match(r"\s*(\d+)(?!\d)", name)
+    return int(match.group(1)) if match else None
+
+
+def _topic(reference: Path) -> str:
+    return re.sub(r"^\d+_", "", reference.stem).casefold()
+
+
+def _is_notebook(name: str) -> bool:
+    return name.casefold().endswith(".ipynb")
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name in _HIDDEN
+
+
+def _match(name: str, references: list[Path]) -> tuple[Path | None, int, str]:
+    """(reference, rank, reason): rank 0 exact, 1 case, 2 number, 3 topic; None with a reason otherwise."""
+    for ref in references:
+        if name == ref.name:
+            return ref, 0, ""
+    for ref in references:
+        if name.casefold() == ref.name.casefold():
+            return ref, 1, ""
+    stem = name[: -len(".ipynb")].casefold()
+    number = reference_number(stem)
+    by_topic = [r for r in references if _topic(r) and _topic(r) in stem]
+    if number is not None:
+        by_number = [r for r in references if reference_number(r.name) == number]
+        if len(by_number) == 1:
+            if by_topic and by_number[0] not in by_topic:
+                return None, 9, f"编号指向 {by_number[0].name},名字却像 {by_topic[0].name},无法确定"
+            return by_number[0], 2, ""
+    if len(by_topic) == 1:
+        return by_topic[0], 3, ""
+    return None, 9, "无法对应到任何参考 notebook"
+
+
+class _Collector:
+    def __init__(self, references: list[Path], graded: set[str]) -> None:
+        self.references, self.graded = references, graded
+        self.items: list[Item] = []
+        self.findings: list[Finding] = []
+
+    def report(self, path: str, learner: str, reason: str, status: str = "reported") -> None:
+        self.findings.append(Finding(path, learner, status, reason))
+
+    def learner(self, key: str, display: str, files: list[tuple[Path, str, int]], extra: list[Finding]) -> None:
+        """``files``: (path, display path, depth) of the learner's notebooks (symlinks included, refused here)."""
+        chosen: dict[str, list[tuple[int, int, str, Path]]] = {}
+        refused: dict[str, list[str]] = {}
+        unmatched: list[str] = []
+        for path, shown, depth in files:
+            ref, rank, reason = _match(path.name, self.references)
+            if path.is_symlink():
+                self.report(shown, key, "符号链接,已拒绝(不跟随链接)", "refused")
+                if ref is not None:
+                    refused.setdefault(ref.name, []).append(shown)
+                continue
+            if ref is None:
+                self.report(shown, key, reason)
+                unmatched.append(shown)
+            elif ref.name not in self.graded:
+                self.report(shown, key, f"{ref.name} 没有 check 格子,不计分")
+            else:
+                chosen.setdefault(ref.name, []).append((depth, rank, shown, path))
+        self.findings += extra
+        for ref in self.references:
+            if ref.name not in self.graded:
+                continue
+            item = Item(key, ref)
+            candidates = sorted(chosen.get(ref.name, []), key=lambda c: (c[0], c[1], len(c[2]), c[2]))
+            if candidates:
+                depth, rank, shown, path = candidates[0]
+                item.path = path
+                self.report(shown, key, f"批改为 {ref.name}", "graded")
+                if rank or depth:
+                    item.notes.append(f"文件名或位置不规范: {shown},按 {ref.name} 批改")
+                for _, _, other, _ in candidates[1:]:
+                    self.report(other, key, f"重复: {ref.name} 已批改 {shown},这个文件未批改")
+                if len(candidates) > 1:
+                    item.review.append(f"同一 notebook 有 {len(candidates)} 个文件,批改的是 {shown},"
+                                       f"未批改: {', '.join(c[2] for c in candidates[1:])}")
+            else:
+                item.notes.append(f"未提交 {ref.name}")
+                if ref.name in refused:
+                    item.notes.append(f"{', '.join(refused[ref.name])} 是符号链接,已拒绝")
+                if unmatched:
+                    item.notes.append(f"无法对应的文件: {', '.join(unmatched)}")
+            self.items.append(item)
+
+    def learner_folder(self, folder: Path, key: str, shown_root: str) -> None:
+        files: list[tuple[Path, str, int]] = []
+        extra: list[Finding] = []
+        budget = [_MAX_ENTRIES]
+
+        def walk(d: Path, depth: int) -> None:
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError as exc:
+                extra.append(Finding(_join(shown_root, d.relative_to(folder)), key, "reported", f"无法读取: {exc}"))
+                return
+            for entry in entries:
+                budget[0] -= 1
+                path = Path(entry.path)
+                shown = _join(shown_root, path.relative_to(folder))
+                if budget[0] < 0:
+                    extra.append(Finding(shown, key, "reported", "文件太多,之后的文件未查看"))
+                    return
+                if _hidden(entry.name):
+                    extra.append(Finding(shown, key, "reported", "隐藏文件或文件夹,未批改"))
+                elif entry.is_symlink():
+                    if _is_notebook(entry.name):
+                        files.append((path, shown, depth))
+                    else:
+                        extra.append(Finding(shown, key, "refused", "符号链接,已拒绝(不跟随链接)"))
+                elif entry.is_dir(follow_symlinks=False):
+                    if depth + 1 > _MAX_DEPTH:
+                        extra.append(Finding(shown, key, "reported", "文件夹层级太深,未查看"))
+                    else:
+                        walk(path, depth + 1)
+                elif entry.is_file(follow_symlinks=False) and _is_notebook(entry.name):
+                    files.append((path, shown, depth))
+                else:
+                    extra.append(Finding(shown, key, "reported", "不是 notebook,未批改"))
+
+        walk(folder, 0)
+        self.learner(key, shown_root, files, extra)
+
+    def root(self, folder: Path, prefix: str, shown_root: str) -> None:
+        """A submission folder: learner folders sit at the depth where most notebooks' folders are."""
+        depth = _learner_depth(folder)
+        if depth == 0:
+            self.learner_folder(folder, prefix or folder.name, shown_root)
+        else:
+            self.level(folder, prefix, shown_root, depth)
+
+    def level(self, folder: Path, prefix: str, shown_root: str, depth: int) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            self.report(shown_root, "", f"无法读取: {exc}")
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            shown = _join(shown_root, entry.name)
+            key = f"{prefix}/{entry.name}" if prefix else entry.name
+            if _hidden(entry.name):
+                self.report(shown, "", "隐藏文件或文件夹,未批改(不当作学员)")
+            elif entry.is_symlink():
+                self.report(shown, "", "符号链接,已拒绝(不跟随链接)", "refused")
+            elif entry.is_dir(follow_symlinks=False):
+                if depth == 1:
+                    self.learner_folder(path, key, shown)
+                else:
+                    self.level(path, key, shown, depth - 1)
+            elif _is_notebook(entry.name):
+                self.report(shown, "", "不在学员文件夹里的 notebook(例如放在提交根目录下),未批改;学员文件夹照常批改")
+            else:
+                self.report(shown, "", "不是学员文件夹,未批改")
+
+
+def _join(root: str, rel: Path | str) -> str:
+    rel = str(rel)
+    return rel if not root else (root if rel in ("", ".") else f"{root}/{rel}")
+
+
+def _learner_depth(folder: Path) -> int:
+    """Where the learner folders are: the most common depth of the folders holding notebooks below ``folder``.
+
+    Ties go to the shallower depth. 0 (``folder`` is itself a learner folder) only when no subfolder
+    holds a notebook: a class folder with one stray notebook must never be read as one learner.
+    """
+    counts: dict[int, int] = {}
+    budget = [_MAX_ENTRIES * 4]
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            return
+        for entry in entries:
+            budget[0] -= 1
+            if budget[0] < 0 or _hidden(entry.name) or entry.is_symlink():
+                continue
+            if entry.is_file(follow_symlinks=False) and _is_notebook(entry.name):
+                counts[depth] = counts.get(depth, 0) + 1
+            elif entry.is_dir(follow_symlinks=False) and depth < _MAX_DEPTH + 2:
+                walk(Path(entry.path), depth + 1)
+
+    walk(folder, 0)
+    below = {d: n for d, n in counts.items() if d > 0}
+    return max(below, key=lambda d: (below[d], -d)) if below else (0 if counts else 1)
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    """The shortest path suffixes that tell the roots apart (``sec1``, ``sec2``; ``a/x``, ``b/x``)."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    labels = []
+    for mine in parts:
+        for k in range(1, len(mine) + 1):
+            label = "/".join(mine[-k:])
+            if sum("/".join(other[-k:]) == label for other in parts) == 1:
+                break
+        labels.append(label)
+    return labels
+
+
+def collect(paths: list[Path], references: list[Path], graded: set[str] | None = None) -> tuple[list[Item], list[Finding]]:
+    """Items (learner x graded reference) and findings (every file met) for the submission ``paths``.
+
+    ``graded``: names of the references that have check cells (default: all of ``references``).
+    """
+    references = sorted(references)
+    collector = _Collector(references, {r.name for r in references} if graded is None else set(graded))
+    unique: list[Path] = []
+    for p in paths:
+        if os.path.abspath(p) not in {os.path.abspath(u) for u in unique}:
+            unique.append(Path(p))
+    labels = _labels(unique)
+    for path, label in zip(unique, labels):
+        if path.is_symlink():
+            collector.report(label, label, "符号链接,已拒绝(不跟随链接)", "refused")
+        elif path.is_file():
+            collector.learner(label, label, [(path, label, 0)], [])
+        elif path.is_dir():
+            collector.root(path, label if len(unique) > 1 else "", label)
+        else:
+            collector.report(label, "", "不存在")
+    return collector.items, collector.findings
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """``path`` as an nbformat v4 notebook (v3 converted; BOM and UTF-16 accepted), never following a symlink."""
+    if path.is_symlink():
+        raise UnreadableNotebook("符号链接,已拒绝")
+    size = path.stat().st_size
+    if size > _MAX_BYTES:
+        raise UnreadableNotebook(f"文件过大({size / 2 ** 20:.0f} MiB)")
+    data = path.read_bytes()
+    try:
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            text = data.decode("utf-16")
+        else:
+            text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnreadableNotebook(f"不是 UTF-8 文本: {exc.reason}") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nb = nbformat.convert(nbformat.reader.reads(text), 4)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for bad input
+        raise UnreadableNotebook(f"不是有效的 notebook JSON: {str(exc)[:120]}") from None
+    if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) for c in nb.cells):
+        raise UnreadableNotebook("不是有效的 notebook JSON: 没有 cells 列表")
+    return nb

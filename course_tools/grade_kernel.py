@@ -1,0 +1,204 @@
+"""Run a notebook's code cells in one (sandboxed) kernel, with every time limit enforced by the grader.
+
+The grader, not the kernel, decides what happened to each cell, from the kernel's execute reply
+and error messages on the Jupyter protocol; nothing is read back from files the kernel could write.
+Per cell:
+
+- ``ok`` / ``error``: the execute reply's status (an ``error`` message on IOPub also counts as error);
+- ``timeout``: still running after ``cell_timeout``; the grader sends an interrupt *message*
+  (``interrupt_mode: message``) and the cell stopped within ``grace`` seconds;
+- ``unresponsive``: it did not stop within ``grace`` seconds of the interrupt (a loop that swallows
+  ``KeyboardInterrupt``); the kernel is killed;
+- ``dead``: the kernel process exited (``os._exit``, a segfault, the memory limit); noticed within
+  a quarter of a second, not after the cell's time limit;
+- ``deadline``: the notebook's hard deadline passed (same interrupt-then-kill as a timeout);
+- ``abuse``: the kernel wrote into its connection folder (the only host folder it can write).
+
+Any result other than ok/error ends the run: the caller decides whether to run again.
+
+Why not nbval or nbclient: nbval starts its kernels with a TCP ``KernelManager`` whose transport
+and connection file cannot be chosen (a kernel in a network namespace is unreachable), waits a
+whole cell timeout when the kernel dies, marks every later cell xfail after a timeout and decides
+failure from IOPub ``error`` messages alone. nbclient interrupts on timeout but then keeps waiting
+(interrupting again every ``timeout``) for a kernel that ignores the interrupt, and its output
+polling tasks are private. The loop below is the part of nbclient the grader needs (execute,
+collect the reply and errors, poll liveness) on jupyter_client's ``AsyncKernelManager``.
+
+Example::
+
+    result = asyncio.run(run_cells([(3, "x = 1"), (5, "assert x == 2")], box,
+                                   cell_timeout=60, deadline=time.monotonic() + 600))
+    result.cells[5].status   # "error"
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+
+import zmq
+import zmq.asyncio
+
+from course_tools.sandbox import KernelBox
+
+__all__ = ["FINISHED", "CellResult", "RunResult", "clean_text", "run_cells"]
+
+FINISHED = ("ok", "error")
+_MAX_MESSAGE = 64 * 2 ** 20  # bytes; a larger message from the kernel closes the connection
+_POLL = 0.25                 # seconds between liveness checks
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean_text(text: object, limit: int = 400) -> str:
+    """``text`` on one line: ANSI escapes and control characters removed, at most ``limit`` characters."""
+    text = _CONTROL.sub("", _ANSI.sub("", str(text)).replace("\r", " ").replace("\n", " ").replace("\t", " "))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class CellResult:
+    """What happened to one code cell (``index`` = its position in the notebook)."""
+
+    index: int
+    status: str
+    ename: str = ""
+    evalue: str = ""
+    seconds: float = 0.0
+
+    @property
+    def message(self) -> str:
+        """The error for reports: a check's own message (``期望 …;实际 …``), else ``ename: evalue``."""
+        if self.evalue and self.ename in ("CheckFailed", "AssertionError"):
+            return clean_text(self.evalue)
+        return clean_text(f"{self.ename}: {self.evalue}" if self.evalue else self.ename)
+
+
+@dataclass
+class RunResult:
+    """The cells that ran, in order, and the cell that ended the run early (if any)."""
+
+    cells: dict[int, CellResult] = field(default_factory=dict)
+    stop: CellResult | None = None
+    startup_error: str = ""
+    seconds: float = 0.0
+
+
+class _Cell:
+    def __init__(self, msg_id: str) -> None:
+        self.msg_id, self.reply, self.idle = msg_id, None, False
+        self.ename = self.evalue = ""
+
+    def on_iopub(self, msg: dict) -> None:
+        if msg.get("parent_header", {}).get("msg_id") != self.msg_id:
+            return
+        kind, content = msg.get("msg_type"), msg.get("content") or {}
+        if kind == "error" and not self.ename:
+            self.ename, self.evalue = clean_text(content.get("ename", ""), 80), clean_text(content.get("evalue", ""))
+        elif kind == "status" and content.get("execution_state") == "idle":
+            self.idle = True
+
+    def on_shell(self, msg: dict) -> None:
+        if msg.get("parent_header", {}).get("msg_id") == self.msg_id and msg.get("msg_type") == "execute_reply":
+            self.reply = msg.get("content") or {}
+            if self.reply.get("status") == "error" and not self.ename:
+                self.ename = clean_text(self.reply.get("ename", ""), 80)
+                self.evalue = clean_text(self.reply.get("evalue", ""))
+
+    @property
+    def done(self) -> bool:
+        return self.reply is not None and self.idle
+
+
+async def _drain(channel, handle, budget: int = 500) -> None:
+    for _ in range(budget):
+        if not await channel.msg_ready():
+            return
+        handle(await channel.get_msg(timeout=0))
+
+
+async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout: float, deadline: float,
+                   grace: float) -> CellResult:
+    start = time.monotonic()
+    cell = _Cell(kc.execute(source, store_history=False, allow_stdin=False, stop_on_error=False))
+    poller = zmq.asyncio.Poller()
+    poller.register(kc.iopub_channel.socket, zmq.POLLIN)
+    poller.register(kc.shell_channel.socket, zmq.POLLIN)
+    limit = min(start + cell_timeout, deadline)
+    reason, interrupted = "", None
+    while not cell.done:
+        now = time.monotonic()
+        if now >= limit:
+            if interrupted is None:  # ask the kernel to stop the cell; give it `grace` seconds
+                reason = "deadline" if limit >= deadline else "timeout"
+                interrupted = now
+                limit = now + grace
+                await km.interrupt_kernel()
+                continue
+            return CellResult(index, "unresponsive", seconds=now - start)
+        if not await km.is_alive():
+            return CellResult(index, "dead", cell.ename, cell.evalue, now - start)
+        if box.connection_abuse():
+            return CellResult(index, "abuse", seconds=now - start)
+        ready = dict(await poller.poll(timeout=int(1000 * min(_POLL, max(0.0, limit - now))) + 1))
+        if kc.iopub_channel.socket in ready:
+            await _drain(kc.iopub_channel, cell.on_iopub)
+        if kc.shell_channel.socket in ready:
+            await _drain(kc.shell_channel, cell.on_shell)
+    seconds = time.monotonic() - start
+    if interrupted is not None:
+        return CellResult(index, reason, cell.ename, cell.evalue, seconds)
+    failed = cell.reply.get("status") != "ok" or bool(cell.ename)
+    return CellResult(index, "error" if failed else "ok", cell.ename, cell.evalue, seconds)
+
+
+async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeout: float, deadline: float,
+                    grace: float = 10.0, startup_timeout: float = 60.0) -> RunResult:
+    """Start the kernel of ``box``, run ``(index, source)`` cells in order, kill the kernel.
+
+    Stops at the first cell that does not finish (see the module docstring). ``deadline`` is a
+    ``time.monotonic()`` value covering the kernel start too.
+    """
+    from jupyter_client import AsyncKernelManager
+
+    result = RunResult()
+    start = time.monotonic()
+    context = zmq.asyncio.Context()
+    context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE)
+    context.setsockopt(zmq.LINGER, 0)
+    km = AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(), transport="ipc",
+                            ip=box.ip, connection_file=box.connection_file, context=context)
+    kc = None
+    try:
+        try:
+            await km.start_kernel(cwd=box.cwd, stdin=-3, stdout=-3, stderr=-3)  # subprocess.DEVNULL
+            kc = km.client()
+            kc.start_channels()
+            await kc.wait_for_ready(timeout=max(1.0, min(startup_timeout, deadline - time.monotonic())))
+        except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
+            result.startup_error = clean_text(f"{type(exc).__name__}: {exc}", 200)
+            return result
+        for index, source in cells:
+            if time.monotonic() >= deadline:
+                result.stop = CellResult(index, "deadline")
+                break
+            try:
+                cell = await _execute(km, kc, box, index, source, cell_timeout, deadline, grace)
+            except (zmq.ZMQError, ValueError, KeyError, TypeError) as exc:  # a malformed or forged message
+                cell = CellResult(index, "dead", type(exc).__name__, clean_text(exc, 200))
+            result.cells[index] = cell
+            if cell.status not in FINISHED:
+                result.stop = cell
+                break
+        return result
+    finally:
+        if kc is not None:
+            kc.stop_channels()
+        try:
+            await km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001 - already dead, never started
+            pass
+        context.destroy(linger=0)
+        result.seconds = time.monotonic() - start

@@ -1,0 +1,273 @@
+"""The grader's reports: rows written as each notebook finishes, shard merging, pass rates, feedback.
+
+For ``--report grades.csv`` the grader writes, next to it:
+
+- ``grades.csv``: one row per learner and graded notebook (:data:`COLUMNS`), appended and flushed
+  as each notebook finishes, so an interrupted run keeps what it graded (``--resume`` goes on);
+- ``grades.checks.csv``: one row per check cell (:data:`CHECK_COLUMNS`), the source of the pass rates
+  and the feedback;
+- ``grades.files.csv``: every file and folder met while collecting, graded or reported, and why;
+- ``grades.pass_rate.csv``: per check, how many learners passed it (which exercise is hard);
+- ``grades_feedback/<learner>.md``: one Markdown file per learner, every failed check's message.
+
+Every field is one line without control characters; a field starting with ``=``, ``+``, ``-``, ``@``
+(or a tab/CR) gets a leading ``'`` so a spreadsheet shows it as text instead of running a formula.
+
+Example::
+
+    report = Report(Path("grades.csv"))
+    report.add(grade)                     # after each notebook
+    report.finish(report.grades)          # pass rates and feedback
+    merge_reports([Path("s1.csv"), Path("s2.csv")], Path("all.csv"))
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_tools.grade_collect import Finding
+from course_tools.grade_kernel import clean_text
+
+__all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "Report", "load_report",
+           "merge_reports", "pass_rates", "pass_rate_table", "feedback_markdown", "table"]
+
+COLUMNS = ("learner", "notebook", "passed", "total", "score", "review", "notes")
+CHECK_COLUMNS = ("learner", "notebook", "check", "passed", "message")
+FILE_COLUMNS = ("path", "learner", "status", "reason")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_field(value: object, limit: int = 4000) -> str:
+    """One clean CSV/terminal field: control characters stripped, formula prefixes neutralised."""
+    text = clean_text(value, limit)
+    return "'" + text if text.startswith(_FORMULA) else text
+
+
+@dataclass
+class CheckOutcome:
+    """One check cell of one graded notebook: its id, whether it passed, and the message shown to the learner."""
+
+    check: str
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Grade:
+    """One learner x notebook row."""
+
+    learner: str
+    notebook: str
+    passed: int = 0
+    total: int = 0
+    notes: list[str] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+    checks: list[CheckOutcome] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return safe_field(self.learner, 400), safe_field(self.notebook, 400)
+
+    def row(self) -> dict[str, str]:
+        return {"learner": self.key[0], "notebook": self.key[1], "passed": str(self.passed), "total": str(self.total),
+                "score": f"{self.score:.3f}", "review": safe_field(" | ".join(self.review)),
+                "notes": safe_field(" | ".join(self.notes))}
+
+    def check_rows(self) -> list[dict[str, str]]:
+        return [{"learner": self.key[0], "notebook": self.key[1], "check": safe_field(c.check, 200),
+                 "passed": "1" if c.passed else "0", "message": safe_field(c.message, 1000)} for c in self.checks]
+
+
+def _sibling(report: Path, suffix: str) -> Path:
+    return report.with_name(report.stem + suffix)
+
+
+def _read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return [r for r in rows if all(r.get(c) is not None for c in columns)]  # a torn last line is dropped
+
+
+def load_report(path: Path) -> list[Grade]:
+    """The grades of a report written by :class:`Report` (its check rows attached)."""
+    grades = {}
+    for r in _read_rows(path, COLUMNS):
+        grades[r["learner"], r["notebook"]] = Grade(
+            r["learner"], r["notebook"], int(r["passed"]), int(r["total"]),
+            [n for n in r["notes"].split(" | ") if n], [n for n in r["review"].split(" | ") if n])
+    for r in _read_rows(_sibling(path, ".checks.csv"), CHECK_COLUMNS):
+        grade = grades.get((r["learner"], r["notebook"]))
+        if grade is not None:
+            grade.checks.append(CheckOutcome(r["check"], r["passed"] == "1", r["message"]))
+    return list(grades.values())
+
+
+class Report:
+    """The files of one ``--report`` path, appended to as notebooks finish.
+
+    ``resume=True`` keeps the rows already there (``done`` holds their keys) and rewrites the files
+    without a torn last line; otherwise the files start empty.
+    """
+
+    def __init__(self, path: Path, resume: bool = False) -> None:
+        self.path = Path(path)
+        self.checks_path = _sibling(self.path, ".checks.csv")
+        self.files_path = _sibling(self.path, ".files.csv")
+        self.pass_rate_path = _sibling(self.path, ".pass_rate.csv")
+        self.feedback_dir = self.path.with_name(self.path.stem + "_feedback")
+        self.grades: list[Grade] = load_report(self.path) if resume else []
+        self.done = {g.key for g in self.grades}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._grades_file = self._open(self.path, COLUMNS, [g.row() for g in self.grades])
+        self._checks_file = self._open(self.checks_path, CHECK_COLUMNS, [r for g in self.grades for r in g.check_rows()])
+
+    @staticmethod
+    def _open(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]):
+        f = open(path, "w", newline="", encoding="utf-8")
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        return f, writer
+
+    def add(self, grade: Grade) -> None:
+        """Append one finished notebook (check rows first, so a row in grades.csv is always complete)."""
+        for f, writer, rows in ((*self._checks_file, grade.check_rows()), (*self._grades_file, [grade.row()])):
+            writer.writerows(rows)
+            f.flush()
+        self.grades.append(grade)
+        self.done.add(grade.key)
+
+    def write_files(self, findings: list[Finding]) -> None:
+        with open(self.files_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=FILE_COLUMNS)
+            writer.writeheader()
+            writer.writerows({"path": safe_field(x.path), "learner": safe_field(x.learner), "status": x.status,
+                              "reason": safe_field(x.reason)} for x in findings)
+
+    def finish(self, grades: list[Grade]) -> None:
+        """Close the row files; write the pass rates and one feedback file per learner."""
+        for f, _ in (self._grades_file, self._checks_file):
+            f.close()
+        _write_derived(grades, self.pass_rate_path, self.feedback_dir)
+
+
+def _write_derived(grades: list[Grade], pass_rate_path: Path, feedback_dir: Path) -> None:
+    with open(pass_rate_path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["notebook", "check", "passed", "graded", "rate"])
+        for notebook, check, passed, graded in pass_rates(grades):
+            writer.writerow([notebook, check, passed, graded, f"{passed / graded:.3f}" if graded else ""])
+    feedback_dir.mkdir(parents=True, exist_ok=True)
+    used: set[str] = set()
+    by_learner: dict[str, list[Grade]] = {}
+    for g in grades:
+        by_learner.setdefault(g.key[0], []).append(g)
+    for learner, mine in by_learner.items():
+        name = _file_name(learner, used)
+        (feedback_dir / name).write_text(feedback_markdown(learner, mine), encoding="utf-8")
+
+
+def _file_name(learner: str, used: set[str]) -> str:
+    base = re.sub(r"[^\w.-]+", "_", learner.replace("/", "__")).strip("._") or "learner"
+    name, n = f"{base}.md", 1
+    while name in used:
+        n += 1
+        name = f"{base}-{n}.md"
+    used.add(name)
+    return name
+
+
+def pass_rates(grades: list[Grade]) -> list[tuple[str, str, int, int]]:
+    """(notebook, check, passed, graded) per check, over the notebooks that were submitted and run."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for g in grades:
+        for c in g.checks:
+            if c.message.startswith("未提交") or c.message.startswith("无法读取"):
+                continue
+            acc = counts.setdefault((g.key[1], c.check), [0, 0])
+            acc[0] += c.passed
+            acc[1] += 1
+    return [(nb, check, p, n) for (nb, check), (p, n) in sorted(counts.items())]
+
+
+def pass_rate_table(grades: list[Grade]) -> str:
+    rows = [("notebook", "check", "passed", "rate")]
+    rows += [(nb, check, f"{p}/{n}", f"{p / n:.0%}") for nb, check, p, n in pass_rates(grades) if n]
+    return _align(rows)
+
+
+def _md(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def feedback_markdown(learner: str, grades: list[Grade]) -> str:
+    """One learner's feedback: the score per notebook and each failed check's message, in Chinese."""
+    passed, total = sum(g.passed for g in grades), sum(g.total for g in grades)
+    lines = [f"# 批改反馈: {_md(learner)}", "", f"总分: {passed}/{total}" + (f"({passed / total:.0%})" if total else ""), ""]
+    for g in sorted(grades, key=lambda g: g.notebook):
+        lines += [f"## {_md(g.notebook)}: {g.passed}/{g.total}", ""]
+        for c in g.checks:
+            lines.append(f"- ✅ {_md(c.check)}" if c.passed else f"- ❌ {_md(c.check)}: {_md(c.message or '未通过')}")
+        if g.notes:
+            lines += ["", "说明:"] + [f"- {_md(n)}" for n in g.notes]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _align(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def table(grades: list[Grade]) -> str:
+    """Rows, one total line per learner, the notes and the rows flagged for review, for the terminal."""
+    rows = [("learner", "notebook", "passed", "total", "score")]
+    rows += [(g.key[0], g.key[1], str(g.passed), str(g.total), f"{g.score:.0%}" if g.total else "-")
+             for g in grades]
+    learners: dict[str, list[int]] = {}
+    for g in grades:
+        acc = learners.setdefault(g.key[0], [0, 0])
+        acc[0] += g.passed
+        acc[1] += g.total
+    rows += [(name, "(all)", str(p), str(t), f"{p / t:.0%}" if t else "-") for name, (p, t) in learners.items()]
+    out = [_align(rows)]
+    notes = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.notes), 600)}" for g in grades if g.notes]
+    review = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.review), 600)}" for g in grades if g.review]
+    if notes:
+        out += ["", "notes:"] + notes
+    if review:
+        out += ["", "需人工检查 (needs manual review):"] + review
+    return "\n".join(out)
+
+
+def merge_reports(inputs: list[Path], output: Path) -> list[Grade]:
+    """Combine shard reports into ``output`` (rows, check rows, files, pass rates, feedback).
+
+    A learner x notebook graded in two inputs is an error (the shards overlap).
+    """
+    grades: dict[tuple[str, str], Grade] = {}
+    for path in inputs:
+        for g in load_report(path):
+            if g.key in grades:
+                raise ValueError(f"{g.key[0]} / {g.key[1]} 同时出现在多个分片里({path}),分片不应重叠")
+            grades[g.key] = g
+    merged = sorted(grades.values(), key=lambda g: g.key)
+    report = Report(output)
+    for g in merged:
+        report.add(g)
+    files: list[Finding] = []
+    for path in inputs:
+        files += [Finding(r["path"], r["learner"], r["status"], r["reason"])
+                  for r in _read_rows(_sibling(path, ".files.csv"), FILE_COLUMNS)]
+    report.write_files(files)
+    report.finish(merged)
+    return merged

@@ -1,0 +1,285 @@
+"""Static scan of a learner's exercise source for code that reaches the check machinery or the runtime.
+
+The sandbox keeps learner code away from the grader, the reference and other learners, but inside
+its own kernel a learner can still rebind a check function or patch IPython so that a failing check
+looks passed. :func:`scan` finds the ways to do that in the source (parsed with IPython's own
+input transformer, so magics and ``!shell`` lines are seen too) and returns one :class:`Flag` per
+line, which the grader reports as "需人工检查" (needs manual review) with the line.
+
+Flagged: ``sys.modules`` and the interpreter's hooks, ``get_ipython``/IPython (input and AST
+transformers, custom exception handlers), any use of ``course_tools`` (the checks), assigning to a
+module's attribute (``torch.allclose = ...``), ``builtins``/``__builtins__``, ``os.environ``, ``/proc``,
+signals (``signal``, ``os.kill``), frame and object internals (``__globals__``, ``f_back``, ``gc``,
+``ctypes``, ``inspect``), ``globals()``, and ``exec``/``eval``/``compile``/``__import__``/``importlib``/
+``getattr``/``setattr``/``delattr`` with a non-literal argument. Literal strings given to ``exec``,
+``eval``, ``compile``, ``%time``/``%timeit`` are scanned as code, so
+``getattr(__import__('s' + 'ys'), 'modules')`` and ``exec("import sys; sys.modules ...")`` are caught.
+Honest solutions of every notebook scan clean (``tests/test_grade_scan.py``).
+
+Example::
+
+    scan("import sys\\nsys.modules['course_tools.checks'].expect = print")
+    # [Flag(line=2, code="sys.modules['course_tools.checks'].expect = print", reason='访问 sys.modules ...')]
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+__all__ = ["Flag", "scan", "transform"]
+
+# module -> reason; importing it (or any attribute of it) is flagged
+_MODULES = {
+    "course_tools": "使用评分用的 course_tools(check 函数)",
+    "builtins": "修改内置函数(builtins)",
+    "signal": "使用信号(signal)",
+    "IPython": "操作 IPython 内核",
+    "ipykernel": "操作 IPython 内核",
+    "traitlets": "操作 IPython 内核",
+    "jupyter_client": "操作 Jupyter 协议",
+    "zmq": "操作 Jupyter 协议",
+    "importlib": "动态导入(importlib)",
+    "ctypes": "直接访问内存(ctypes)",
+    "gc": "遍历解释器中的对象(gc)",
+    "inspect": "访问调用栈(inspect)",
+    "_thread": "底层线程",
+}
+# (module, attribute) -> reason
+_MODULE_ATTRS = {
+    ("sys", "modules"): "访问 sys.modules(可替换 check 模块)",
+    ("sys", "meta_path"): "修改导入机制(sys.meta_path)",
+    ("sys", "path_hooks"): "修改导入机制(sys.path_hooks)",
+    ("sys", "_getframe"): "访问调用栈(sys._getframe)",
+    ("sys", "settrace"): "跟踪执行(sys.settrace)",
+    ("sys", "setprofile"): "跟踪执行(sys.setprofile)",
+    ("sys", "excepthook"): "修改异常处理(sys.excepthook)",
+    ("sys", "displayhook"): "修改输出处理(sys.displayhook)",
+    ("sys", "audit"): "修改审计钩子",
+    ("sys", "addaudithook"): "修改审计钩子",
+    ("os", "environ"): "访问环境变量(os.environ)",
+    ("os", "putenv"): "修改环境变量",
+    ("os", "unsetenv"): "修改环境变量",
+    ("os", "kill"): "发送信号(os.kill)",
+    ("os", "killpg"): "发送信号(os.killpg)",
+}
+# attribute names flagged on any object
+_ATTRS = {
+    "__globals__": "访问函数的全局变量(__globals__)", "__builtins__": "修改内置函数(__builtins__)",
+    "__code__": "替换函数代码(__code__)", "__closure__": "访问闭包(__closure__)",
+    "__subclasses__": "遍历类层次(__subclasses__)", "__dict__": "直接修改对象字典(__dict__)",
+    "f_globals": "访问调用栈", "f_locals": "访问调用栈", "f_back": "访问调用栈", "f_builtins": "访问调用栈",
+    "gi_frame": "访问调用栈", "cr_frame": "访问调用栈", "tb_frame": "访问调用栈",
+    "input_transformers_cleanup": "修改 IPython 输入转换器", "input_transformers_post": "修改 IPython 输入转换器",
+    "ast_transformers": "修改 IPython AST 转换器", "set_custom_exc": "修改 IPython 异常处理",
+    "showtraceback": "修改 IPython 异常处理", "_showtraceback": "修改 IPython 异常处理",
+    "CustomTB": "修改 IPython 异常处理", "user_ns": "访问 IPython 命名空间", "run_cell": "操作 IPython 内核",
+}
+_NAMES = {
+    "get_ipython": "操作 IPython 内核(get_ipython)", "__builtins__": "修改内置函数(__builtins__)",
+    "globals": "修改全局命名空间(globals())",
+}
+# modules whose attributes are flagged at any depth when assigned
+_PATCHED = set(_MODULES) | {"sys", "os"}
+_DYNAMIC = {"exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "hasattr"}
+_TIMING_MAGICS = {"time", "timeit"}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One suspicious line: 1-based ``line`` of the cell, its ``code`` and the Chinese ``reason``."""
+
+    line: int
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"第 {self.line} 行 `{self.code}`: {self.reason}"
+
+
+def transform(source: str) -> str:
+    """The Python that IPython would run for ``source`` (magics become ``get_ipython()`` calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - an untransformable cell is scanned as written
+        return source
+
+
+def _literal_str(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, lines: list[str], line_offset: int = 0) -> None:
+        self.lines, self.offset = lines, line_offset
+        self.modules: dict[str, str] = {}  # local alias -> module name
+        self.flags: list[tuple[int, str]] = []
+
+    def flag(self, node: ast.AST, reason: str) -> None:
+        self.flags.append((self.offset + getattr(node, "lineno", 1), reason))
+
+    def _module_of(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return self.modules.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self._module_of(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    def _check_module(self, name: str, node: ast.AST) -> None:
+        root = name.split(".")[0]
+        if root in _MODULES:
+            self.flag(node, _MODULES[root])
+        parts = name.split(".")
+        if len(parts) >= 2 and (parts[0], parts[1]) in _MODULE_ATTRS:
+            self.flag(node, _MODULE_ATTRS[parts[0], parts[1]])
+
+    def _check_attr(self, module: str | None, attr: str, node: ast.AST) -> None:
+        if attr in _ATTRS:
+            self.flag(node, _ATTRS[attr])
+        if module:
+            root = module.split(".")[0]
+            if (root, attr) in _MODULE_ATTRS:
+                self.flag(node, _MODULE_ATTRS[root, attr])
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._check_module(alias.name, node)
+            self.modules[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        self._check_module(module, node)
+        for alias in node.names:
+            self._check_attr(module, alias.name, node)
+            self._check_module(f"{module}.{alias.name}", node)
+            self.modules[alias.asname or alias.name] = f"{module}.{alias.name}"
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in _NAMES:
+            self.flag(node, _NAMES[node.id])
+        elif node.id in _DYNAMIC:  # g = getattr; g(obj, name) would hide the call
+            self.flag(node, f"把 {node.id} 当作变量使用")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self._check_attr(self._module_of(node.value), node.attr, node)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and "/proc" in node.value:
+            self.flag(node, "读取 /proc(进程信息)")
+
+    def _assign_target(self, target: ast.AST) -> None:
+        if isinstance(target, ast.Attribute):
+            module = self._module_of(target.value)
+            # module.attr = ... is monkey-patching; torch.backends.cudnn.benchmark = ... is configuration
+            if module is not None and (isinstance(target.value, ast.Name) or module.split(".")[0] in _PATCHED):
+                self.flag(target, f"修改模块属性 {module}.{target.attr}")
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._assign_target(element)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._assign_target(target)
+            imported = self._imported_name(node.value)
+            if isinstance(target, ast.Name) and imported:  # sys = __import__("sys")
+                self.modules[target.id] = imported
+        self.generic_visit(node)
+
+    @staticmethod
+    def _imported_name(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Call) and node.args and _literal_str(node.args[0]):
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id == "__import__") or (
+                    isinstance(func, ast.Attribute) and func.attr == "import_module"):
+                return _literal_str(node.args[0])
+        return None
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._assign_target(node.target)
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._assign_target(target)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else None
+        if name in _DYNAMIC:
+            first = node.args[0] if node.args else None
+            if name in ("exec", "eval", "compile"):
+                code = _literal_str(first) if first is not None else None
+                if code is None:
+                    self.flag(node, f"{name}() 执行非字面量代码")
+                else:
+                    self._nested(code, node)
+            elif name == "__import__":
+                module = _literal_str(first) if first is not None else None
+                if module is None:
+                    self.flag(node, "__import__() 的模块名不是字面量")
+                else:
+                    self._check_module(module, node)
+            else:  # getattr / setattr / delattr / hasattr
+                attr = _literal_str(node.args[1]) if len(node.args) > 1 else None
+                if attr is None:
+                    self.flag(node, f"{name}() 的属性名不是字面量")
+                else:
+                    self._check_attr(self._module_of(node.args[0]), attr, node)
+                    if name in ("setattr", "delattr") and self._module_of(node.args[0]) is not None:
+                        self.flag(node, f"修改模块属性 {self._module_of(node.args[0])}.{attr}")
+        magic = self._magic(node)
+        if magic is None and name in _DYNAMIC:
+            for child in [*node.args, *node.keywords]:
+                self.visit(child)
+        elif magic is None:
+            self.generic_visit(node)
+        elif magic[0] in _TIMING_MAGICS:  # %time CODE runs CODE: scan it
+            for code in magic[1]:
+                self._nested(code, node)
+        else:
+            self.flag(node, f"IPython 魔法命令或 shell 命令({magic[0]})")
+
+    @staticmethod
+    def _magic(node: ast.Call) -> tuple[str, list[str]] | None:
+        """``get_ipython().run_line_magic('time', 'code')`` -> ('time', ['code']); '!cmd' -> ('system', [])."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
+                and isinstance(func.value.func, ast.Name) and func.value.func.id == "get_ipython"):
+            return None
+        if func.attr in ("run_line_magic", "run_cell_magic") and node.args and _literal_str(node.args[0]):
+            return _literal_str(node.args[0]), [s for s in (_literal_str(a) for a in node.args[1:]) if s]
+        return func.attr, []
+
+    def _nested(self, code: str, node: ast.AST) -> None:
+        try:
+            tree = ast.parse(transform(code))
+        except (SyntaxError, ValueError):
+            self.flag(node, "执行的字符串不是可解析的代码")
+            return
+        inner = _Scanner(self.lines)
+        inner.modules = dict(self.modules)
+        inner.visit(tree)
+        line = self.offset + getattr(node, "lineno", 1)
+        self.flags += [(line, reason) for _, reason in inner.flags]
+
+
+def scan(source: str) -> list[Flag]:
+    """Suspicious lines of one exercise cell, in line order (one :class:`Flag` per line, reasons joined)."""
+    lines = source.splitlines()
+    try:
+        tree = ast.parse(transform(source))
+    except (SyntaxError, ValueError):  # the kernel cannot run it either: the cell simply fails
+        return []
+    scanner = _Scanner(lines)
+    scanner.visit(tree)
+    by_line: dict[int, list[str]] = {}
+    for line, reason in scanner.flags:
+        reasons = by_line.setdefault(line, [])
+        if reason not in reasons:
+            reasons.append(reason)
+    return [Flag(line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:120], ";".join(reasons))
+            for line, reasons in sorted(by_line.items())]
