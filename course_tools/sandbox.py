@@ -140,7 +140,12 @@ def kernel_env(home: str, tmp: str, threads: int = 0) -> dict[str, str]:
 
 
 def _bwrap_args(limits: Limits, conn: Path, env: dict[str, str]) -> list[str]:
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    # The tmpfs mounts come first: a virtual environment under /tmp (CI's mktemp venv) is bound on top.
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--dev", "/dev", "--size", str(limits.shm), "--tmpfs", "/dev/shm", "--proc", "/proc",
+            "--size", str(limits.tmp), "--tmpfs", "/tmp",
+            "--size", str(limits.home), "--tmpfs", SANDBOX_HOME,
+            "--size", str(limits.scratch), "--tmpfs", SANDBOX_CWD]
     for path in readonly_paths():
         args += ["--ro-bind", str(path), str(path)]
     for top in ("bin", "lib", "lib32", "lib64", "sbin"):  # merged /usr: /bin -> usr/bin ...
@@ -149,11 +154,7 @@ def _bwrap_args(limits: Limits, conn: Path, env: dict[str, str]) -> list[str]:
             args += ["--symlink", os.readlink(link), str(link)]
         elif link.is_dir() and not _under(link, list(readonly_paths())):
             args += ["--ro-bind", str(link), str(link)]
-    args += ["--dev", "/dev", "--size", str(limits.shm), "--tmpfs", "/dev/shm", "--proc", "/proc",
-             "--size", str(limits.tmp), "--tmpfs", "/tmp",
-             "--size", str(limits.home), "--tmpfs", SANDBOX_HOME,
-             "--size", str(limits.scratch), "--tmpfs", SANDBOX_CWD,
-             "--bind", str(conn), str(conn), "--chdir", SANDBOX_CWD,
+    args += ["--bind", str(conn), str(conn), "--chdir", SANDBOX_CWD,
              "--remount-ro", "/dev", "--remount-ro", "/"]  # the root tmpfs itself: no writes outside the above
     for key, value in env.items():
         args += ["--setenv", key, value]

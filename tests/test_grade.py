@@ -319,6 +319,26 @@ def test_missing_bubblewrap_stops_the_grader_with_a_chinese_message(tmp_path, mo
     assert "bubblewrap" in err and "apt-get install bubblewrap" in err and "--no-sandbox" in err
 
 
+def test_bubblewrap_without_namespaces_gives_the_reason(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{sandbox.os.environ['PATH']}")
+    monkeypatch.setattr(sandbox, "_AVAILABLE", {})
+    with pytest.raises(sandbox.SandboxUnavailable) as info:
+        sandbox.check_available()
+    assert "无法创建沙箱" in str(info.value) and "No permissions" in str(info.value) and "--no-sandbox" in str(info.value)
+
+
+def test_tmpfs_mounts_come_before_the_read_only_binds(tmp_path):
+    """A virtual environment under /tmp (CI creates one with mktemp) must not be hidden by the sandbox's /tmp."""
+    args = sandbox._bwrap_args(sandbox.Limits(), tmp_path, {})
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
+    assert binds and max(i for i, a in enumerate(args) if a == "--tmpfs") < min(binds)
+    assert args[-4:] == ["--remount-ro", "/dev", "--remount-ro", "/"]
+
+
 def _box_run(sources, tmp_path, cell_timeout=30.0, grace=2.0, use_sandbox=True):
     box = sandbox.KernelBox(tmp_path, sandbox.Limits(), 1, use_sandbox)
     try:
