@@ -41,6 +41,20 @@ def overhead_notes(d: dict) -> list[str]:
             "is the NaN guard (`clip.is_finite()`): free on CPU, one sync per step on a GPU (GradScaler does the same)."]
 
 
+def grading_notes(d: dict) -> list[str]:
+    verdict = "within" if d["passed"] else "OVER"
+    per_learner = d["sandbox_s"] / d["learners"]
+    notes = [f"The sandbox adds {100 * d['overhead']:.1f}% ({verdict} the {100 * d['max_overhead']:.0f}% limit) to grading "
+             f"{d['learners']} learners x {len(d['notebooks'])} notebooks with --jobs {d['jobs']}: "
+             f"{per_learner:.0f} s of wall time per learner for those notebooks. Both arms run the same merged "
+             "notebooks with the same scrubbed environment, COURSE_FAST=1, threads and limits; only bubblewrap differs."]
+    if d.get("workbook"):
+        w = d["workbook"]
+        notes.append(f"A learner's whole workbook ({w['notebooks']} graded notebooks) takes {w['seconds']:.0f} s in the "
+                     f"sandbox with --jobs {d['jobs']}.")
+    return notes
+
+
 sections = [
     section("1. Overhead of the professional loop (`bench/overhead.py`)", load("overhead"), "python bench/overhead.py",
             overhead_notes(load("overhead")) if load("overhead") else []),
@@ -64,6 +78,8 @@ sections = [
     section("5. Test-suite time (`bench/suite_time.py`)", load("suite_time"), "python bench/suite_time.py",
             ["Seconds per test file or notebook (nbval: one notebook = one file), from one run of the README's test "
              "command. The budget is 10 minutes for the suite and 90 s per notebook."]),
+    section("6. Cost of the grading sandbox (`bench/grading.py`)", load("grading"), "python bench/grading.py",
+            grading_notes(load("grading")) if load("grading") else []),
 ]
 header = ["# Performance", "",
           "Every table is the verbatim output of the command above it (also in `bench/results/<name>.json`); the scripts "

@@ -370,6 +370,7 @@ def test_sandboxed_kernel_sees_nothing_of_the_host(sandbox_ok, tmp_path, monkeyp
     assert result.stop is None and result.cells[0].status == "ok", result.cells[0]
 
 
+@pytest.mark.slow
 def test_sandbox_limits_dead_kernels_and_ignored_interrupts(sandbox_ok, tmp_path):
     hog, _ = _box_run(["import mmap\nmmap.mmap(-1, 8 << 30)"], tmp_path)          # RLIMIT_AS: no 8 GiB map
     assert hog.cells[0].status == "error" and "OSError" in hog.cells[0].ename
@@ -399,3 +400,20 @@ def test_no_sandbox_rows_say_so_and_resume_keeps_finished_rows(tmp_path):
     assert (by["ben", NAME].passed, by["ben", NAME].total) == (1, 2)
     assert len(list(csv.DictReader(open(report, encoding="utf-8")))) == 4
     shutil.rmtree(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_bench_grading_runs_both_arms(sandbox_ok, tmp_path):
+    """bench/grading.py on the fixtures: both arms grade the same notebooks, every check passes in both."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("bench_grading", ROOT / "bench" / "grading.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "grading.json"
+    code = bench.main(["--solutions", str(FIXTURE), "--learners", "2", "--notebooks", "01", "--no-workbook",
+                       "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert code == (0 if result["passed"] else 1) and result["all_checks_passed"]
+    assert len(result["rounds"]) == 1 and result["sandbox_s"] > 0 and result["plain_s"] > 0

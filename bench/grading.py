@@ -1,0 +1,128 @@
+"""Cost of the grading sandbox: the same merged notebooks graded with and without bubblewrap.
+
+Every learner submits the reference solution (so every cell runs and every check passes) of
+notebooks 01-03. The class is graded in rounds of ``--jobs`` notebooks: in each round the same
+notebooks are graded once in the sandbox and once without it, each arm with ``--jobs`` kernels at
+a time, same ``COURSE_FAST=1``, threads and limits; the arm that goes first alternates between
+rounds, so a change in machine load hits both. Overhead = sandboxed wall time / unsandboxed wall
+time - 1, summed over the rounds (limit 10 %: exit 1 when missed). Then one learner's whole
+workbook (every notebook with check cells) is graded in the sandbox with ``--jobs``: the time per
+learner.
+
+    python bench/grading.py                                            # 20 learners x 01-03, --jobs 2
+    python bench/grading.py --learners 1 --notebooks 01 --no-workbook  # a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
+
+from course_tools import grade  # noqa: E402
+from course_tools.grade_collect import collect  # noqa: E402
+from course_tools.sandbox import check_available  # noqa: E402
+
+MAX_OVERHEAD = 0.10
+
+
+def make_class(root: Path, solutions: Path, prefixes: list[str], learners: int) -> list[Path]:
+    """``learners`` folders, each holding a copy of the reference notebooks named by ``prefixes``."""
+    chosen = [p for p in sorted(solutions.glob("[0-9][0-9]_*.ipynb")) if any(p.name.startswith(x) for x in prefixes)]
+    for k in range(learners):
+        folder = root / f"learner{k:02d}"
+        folder.mkdir(parents=True)
+        for path in chosen:
+            shutil.copy(path, folder / path.name)
+    return chosen
+
+
+async def grade_round(items, released, options: grade.Options, private: Path) -> tuple[float, list]:
+    """Grade ``items`` at the same time (len(items) <= jobs); wall seconds and the grades."""
+    start = time.perf_counter()
+    grades = await asyncio.gather(*(grade.grade_item(i, released[i.reference.name], options, private) for i in items))
+    return time.perf_counter() - start, grades
+
+
+async def compare(items, released, jobs: int, private: Path, log) -> list[dict]:
+    sandboxed = grade.Options(jobs=jobs, sandbox=True)
+    plain = grade.Options(jobs=jobs, sandbox=False)
+    rounds = []
+    for n, start in enumerate(range(0, len(items), jobs)):
+        chunk = items[start:start + jobs]
+        order = [("sandbox", sandboxed), ("plain", plain)] if n % 2 == 0 else [("plain", plain), ("sandbox", sandboxed)]
+        row = {"notebooks": [f"{i.learner}/{i.reference.name}" for i in chunk]}
+        for arm, options in order:
+            seconds, grades = await grade_round(chunk, released, options, private)
+            row[arm] = seconds
+            row[f"{arm}_full"] = all(g.passed == g.total for g in grades)
+        rounds.append(row)
+        log(f"  round {n + 1}: {', '.join(row['notebooks'])}: sandbox {row['sandbox']:.1f} s, "
+            f"plain {row['plain']:.1f} s")
+    return rounds
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--learners", type=int, default=20)
+    p.add_argument("--notebooks", nargs="+", default=["01", "02", "03"], help="reference name prefixes")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--solutions", type=Path, default=REPO / "solutions")
+    p.add_argument("--no-workbook", action="store_true", help="skip the whole-workbook time per learner")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    info = machine_info()
+    print(header(info))
+    check_available()
+    paths, released = grade.references(args.solutions)
+    with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+        tmp = Path(tmp)
+        chosen = make_class(tmp / "class", args.solutions, args.notebooks, args.learners)
+        items, _ = collect([tmp / "class"], paths, set(released))
+        items = [i for i in items if i.path is not None]
+        private = tmp / "private"
+        private.mkdir()
+        print(f"{args.learners} learners x {[c.name for c in chosen]}, --jobs {args.jobs}, {len(items)} notebooks per arm")
+        rounds = asyncio.run(compare(items, released, args.jobs, private, print))
+        workbook = None
+        if not args.no_workbook:
+            make_class(tmp / "one", args.solutions, [p.name[:2] for p in paths if p.name in released], 1)
+            start = time.perf_counter()
+            grades = grade.grade_all([tmp / "one"], args.solutions, grade.Options(jobs=args.jobs), verbose=False)
+            workbook = {"seconds": time.perf_counter() - start, "notebooks": len(grades),
+                        "full": all(g.passed == g.total for g in grades),
+                        "per_notebook": {g.notebook: f"{g.passed}/{g.total}" for g in grades}}
+    sandbox_s, plain_s = sum(r["sandbox"] for r in rounds), sum(r["plain"] for r in rounds)
+    overhead = sandbox_s / plain_s - 1
+    ratios = spread([r["sandbox"] / r["plain"] for r in rounds])
+    full = all(r["sandbox_full"] and r["plain_full"] for r in rounds)
+    table = format_table([["sandbox (bubblewrap)", sandbox_s, sandbox_s / args.learners],
+                          ["no sandbox", plain_s, plain_s / args.learners]],
+                         ["arm", "wall s (all rounds)", f"s per learner ({len(chosen)} notebooks)"])
+    table += (f"\n\nper-round sandbox/plain ratio: median {ratios['median']:.3f}, min {ratios['min']:.3f}, "
+              f"max {ratios['max']:.3f} ({ratios['n']} rounds)")
+    table += f"\nevery check passed in both arms: {full}"
+    if workbook:
+        table += (f"\nwhole workbook, one learner, sandboxed, --jobs {args.jobs}: {workbook['seconds']:.0f} s for "
+                  f"{workbook['notebooks']} notebooks (all checks passed: {workbook['full']})")
+    passed = overhead <= MAX_OVERHEAD and full
+    table += f"\noverhead of the sandbox: {100 * overhead:.1f}% (limit {100 * MAX_OVERHEAD:.0f}%) -> {'OK' if passed else 'FAILED'}"
+    print()
+    print(table)
+    path = write_json("grading", {"machine": info, "learners": args.learners, "notebooks": [c.name for c in chosen],
+                                  "jobs": args.jobs, "rounds": rounds, "sandbox_s": sandbox_s, "plain_s": plain_s,
+                                  "overhead": overhead, "max_overhead": MAX_OVERHEAD, "ratio": ratios,
+                                  "all_checks_passed": full, "workbook": workbook, "passed": passed, "table": table},
+                      args.json)
+    print(f"\nJSON: {path}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
