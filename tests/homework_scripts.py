@@ -1,0 +1,63 @@
+"""Learner scripts for the homework-check tests: torch-free fakes and the scripted learner's patches.
+
+- ``fake(folder, kind, **options)``: a two-line script in ``folder`` that runs
+  ``tests/fixtures/homework_fake/fake_train.py`` or ``fake_overfit.py`` with a typical
+  wrong answer switched on. Checks run against these in about a second.
+- ``learner_repo(folder)``: a git repository holding ``notebooks/homework/train_cifar.py``
+  as released, where ``apply_upgrade(repo, k)`` applies and commits the scripted learner's
+  k-th patch (``tests/fixtures/homework_learner/0k_*.diff``), as a learner commits each upgrade.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.notebook_cells import ROOT
+
+FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
+PATCHES = sorted((ROOT / "tests" / "fixtures" / "homework_learner").glob("0*.diff"))
+BASELINE = ROOT / "notebooks" / "homework" / "train_cifar.py"
+HOMEWORK = Path("notebooks") / "homework"
+TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_broken_labels.py"
+
+
+def fake(folder: Path, name: str, module: str, **options) -> Path:
+    """Write ``folder/name`` that calls ``<module>.main(**options)``; return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    call = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    path = folder / name
+    path.write_text(f"import sys\nsys.path.insert(0, {str(FAKES)!r})\nimport {module}\n"
+                    f"sys.exit({module}.main({call}))\n", encoding="utf-8")
+    return path
+
+
+def fake_train(folder: Path, level: int = 3, bug: str | None = None) -> Path:
+    return fake(folder, TRAIN, "fake_train", level=level, bug=bug)
+
+
+def fake_overfit_pair(folder: Path, healthy_bug: str | None = None, twin_bug: str | None = None) -> tuple[Path, Path]:
+    return (fake(folder, HEALTHY, "fake_overfit", twin=False, bug=healthy_bug),
+            fake(folder, TWIN, "fake_overfit", twin=True, bug=twin_bug))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=learner", "-c", "user.email=learner@example.com", *args],
+                          cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def learner_repo(folder: Path) -> Path:
+    """A fresh git repository with the released baseline committed."""
+    (folder / HOMEWORK).mkdir(parents=True)
+    (folder / HOMEWORK / TRAIN).write_text(BASELINE.read_text(encoding="utf-8"), encoding="utf-8")
+    _git(folder, "init", "-q")
+    _git(folder, "add", ".")
+    _git(folder, "commit", "-q", "-m", "baseline (chapter 0.2)")
+    return folder
+
+
+def apply_upgrade(repo: Path, k: int) -> Path:
+    """Apply and commit patch ``k`` (1-based); return the folder of the learner's scripts."""
+    _git(repo, "apply", str(PATCHES[k - 1]))
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", f"upgrade {k}")
+    return repo / HOMEWORK
