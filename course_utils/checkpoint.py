@@ -10,13 +10,20 @@ and the best metric.
 - atomic writes: temp file in the same folder, fsync, ``os.replace``; a SHA-256
   checksum beside each file. A half-written or bit-flipped newest file is detected
   on load and the next valid one is used, with a warning;
-- retention: the last ``keep_last`` (2) plus ``best.pt``; the file a run resumed
-  from is never deleted;
+- retention: the last ``keep_last`` (2) plus ``best.pt``, plus ``last_good.pt`` with
+  ``keep_last_good=True`` (the newest checkpoint saved while training was healthy:
+  a blow-up must not push every good state out of the folder). Pruning only looks
+  at files older than the one just written, so a run never deletes its own newest
+  checkpoints; the file a run resumed from is kept for as long as that manager lives;
+- ``set_aside(step)``: on resume from ``step``, newer files (corrupt ones, or those of
+  an abandoned trajectory) move to ``corrupt/`` or ``superseded/``, never deleted and
+  never again mistaken for this run's; ``remove_leftovers()`` deletes the temp files
+  and orphan checksums a kill leaves behind;
 - saves every ``every_steps`` steps and/or every ``every_seconds`` of wall time;
 - loads with ``torch.load(weights_only=True)``: nothing needs arbitrary unpickling.
 
-``StopSignal`` turns SIGTERM / Ctrl-C into a flag the loop checks at a step
-boundary, so the run saves and exits cleanly.
+``StopSignal`` (from ``course_utils.runfolder``) turns SIGTERM / Ctrl-C into a flag
+the loop checks at a step boundary, so the run saves and exits cleanly.
 
 Example::
 
@@ -38,7 +45,6 @@ import io
 import os
 import re
 import shutil
-import signal
 import time
 import warnings
 from pathlib import Path
@@ -48,6 +54,7 @@ import torch
 from torch import nn
 
 from course_utils.repro import rng_state, set_rng_state
+from course_utils.runfolder import StopSignal
 
 __all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "atomic_write_bytes", "save_verified",
            "load_verified", "CheckpointManager", "training_state", "check_model_compatible",
@@ -55,6 +62,7 @@ __all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "atomic_write_bytes", "
 
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+_TEMP_FILE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class LoadedCheckpoint(NamedTuple):
@@ -69,13 +77,21 @@ class CorruptCheckpointError(RuntimeError):
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
+    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
+
+    On failure (disk full, read-only folder) the partial temp file is removed and the
+    ``OSError`` propagates; ``path`` itself is untouched.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:  # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -116,20 +132,27 @@ def load_verified(path: Path, map_location: str | torch.device = "cpu") -> dict[
 
 
 class CheckpointManager:
-    """Rotating, checksummed checkpoints in one folder: ``step_<N>.pt`` files plus ``best.pt``."""
+    """Rotating, checksummed checkpoints in one folder: ``step_<N>.pt`` plus ``best.pt`` (and ``last_good.pt``).
+
+    Retention after each save: the ``keep_last`` newest ``step_*`` files (the one just written
+    counts as one of them; newer files already in the folder are left alone), ``best.pt``,
+    ``last_good.pt`` with ``keep_last_good``, and ``protected`` (the file this manager loaded).
+    """
 
     def __init__(self, directory: str | os.PathLike, keep_last: int = 2, keep_best: bool = True,
-                 every_steps: int | None = None, every_seconds: float | None = None, mode: str = "max") -> None:
+                 every_steps: int | None = None, every_seconds: float | None = None, mode: str = "max",
+                 keep_last_good: bool = False) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last 至少为 1,实际是 {keep_last}")
         if mode not in ("max", "min"):
             raise ValueError(f"mode 只能是 'max' 或 'min',实际是 {mode!r}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.keep_last, self.keep_best, self.mode = keep_last, keep_best, mode
+        self.keep_last, self.keep_best, self.keep_last_good, self.mode = keep_last, keep_best, keep_last_good, mode
         self.every_steps, self.every_seconds = every_steps, every_seconds
         self.best_metric: float | None = None
         self.protected: Path | None = None
+        self.corrupt: list[Path] = []  # files the last load_latest skipped
         self._last_save_time = time.monotonic()
 
     def checkpoints(self) -> list[Path]:
@@ -148,8 +171,9 @@ class CheckpointManager:
             return True
         return metric > self.best_metric if self.mode == "max" else metric < self.best_metric
 
-    def save(self, state: dict[str, Any], step: int, metric: float | None = None) -> Path:
-        """Save ``state`` as ``step_<step>.pt``; also as ``best.pt`` if ``metric`` improved; prune old files."""
+    def save(self, state: dict[str, Any], step: int, metric: float | None = None, *, healthy: bool = True) -> Path:
+        """Save ``state`` as ``step_<step>.pt``; also as ``best.pt`` if ``metric`` improved, and as
+        ``last_good.pt`` if ``healthy`` and ``keep_last_good``; prune old files."""
         improved = metric is not None and self.keep_best and self.is_better(metric)
         if improved:
             self.best_metric = float(metric)
@@ -157,48 +181,142 @@ class CheckpointManager:
         path = self.directory / f"step_{step:08d}.pt"
         digest = save_verified(state, path)
         if improved:
-            self._publish_best(path, digest)
-        self._prune()
+            self._publish("best.pt", path, digest)
+        if healthy and self.keep_last_good:
+            self._publish("last_good.pt", path, digest)
+        self._prune(step)
         self._last_save_time = time.monotonic()
         return path
 
-    def _publish_best(self, path: Path, digest: str) -> None:
-        """Make ``best.pt`` the same bytes as ``path`` without serialising twice: a hard link
+    def _publish(self, name: str, path: Path, digest: str) -> None:
+        """Make ``name`` the same bytes as ``path`` without serialising twice: a hard link
         (no extra disk space) where the file system allows it, a copy otherwise; atomic either way."""
-        best = self.directory / "best.pt"
-        tmp = best.with_name(f".{best.name}.tmp-{os.getpid()}")
+        target = self.directory / name
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         tmp.unlink(missing_ok=True)
         try:
-            os.link(path, tmp)
-        except OSError:  # no hard links here (some network and FAT file systems)
-            shutil.copyfile(path, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, best)
-        atomic_write_bytes(best.with_name(best.name + ".sha256"), f"{digest}  {best.name}\n".encode())
+            try:
+                os.link(path, tmp)
+            except OSError:  # no hard links here (some network and FAT file systems)
+                shutil.copyfile(path, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        atomic_write_bytes(target.with_name(target.name + ".sha256"), f"{digest}  {target.name}\n".encode())
 
-    def _prune(self) -> None:
-        for old in self.checkpoints()[:-self.keep_last]:
+    def _prune(self, saved_step: int) -> None:
+        """Keep the newest ``keep_last`` files up to ``saved_step``; never touch newer files or ``protected``."""
+        older = [p for p in self.checkpoints() if int(_STEP_FILE.match(p.name).group(1)) < saved_step]
+        for old in older[:max(0, len(older) - (self.keep_last - 1))]:
             if self.protected is not None and old.resolve() == self.protected.resolve():
                 continue
-            old.unlink(missing_ok=True)
             old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+            old.unlink(missing_ok=True)
 
     def load_latest(self, map_location: str | torch.device = "cpu") -> LoadedCheckpoint | None:
         """The newest checkpoint that passes its checksum as ``(path, state)``, or None.
 
-        Skipped (corrupt) files are warned about. The file loaded becomes protected:
-        pruning never deletes it.
+        Skipped (corrupt) files are warned about and listed in ``corrupt``. The file loaded
+        becomes protected: pruning never deletes it.
         """
+        self.corrupt = []
         for path in reversed(self.checkpoints()):
-            try:
-                state = load_verified(path, map_location)
-            except CorruptCheckpointError as exc:
-                warnings.warn(f"跳过损坏的检查点 {exc};尝试更早的一个", stacklevel=2)
+            found = self._load(path, map_location)
+            if found is not None:
+                return found
+        return None
+
+    def load_last_good(self, map_location: str | torch.device = "cpu") -> LoadedCheckpoint | None:
+        """``last_good.pt`` (the newest checkpoint saved while healthy) as ``(path, state)``, or None."""
+        path = self.directory / "last_good.pt"
+        return self._load(path, map_location) if path.exists() else None
+
+    def _load(self, path: Path, map_location: str | torch.device) -> LoadedCheckpoint | None:
+        try:
+            state = load_verified(path, map_location)
+        except CorruptCheckpointError as exc:
+            warnings.warn(f"跳过损坏的检查点 {exc};尝试更早的一个", stacklevel=3)
+            self.corrupt.append(path)
+            return None
+        self.protected = path
+        self.best_metric = state.get("best_metric")
+        return LoadedCheckpoint(path, state)
+
+    def set_aside(self, after_step: int, also_copy: tuple[Path, ...] = ()) -> list[Path]:
+        """Move every checkpoint newer than ``after_step`` out of the way; return where they went.
+
+        Call it once the resume point is chosen. ``step_*`` files above it, and ``best.pt`` /
+        ``last_good.pt`` if they hold a later step, belong to no trajectory this run will
+        continue: a corrupt file (one ``load_latest`` skipped, or one that cannot be read)
+        goes to ``corrupt/``, a valid one (say, the weights after a blow-up) to
+        ``superseded/``. Nothing is deleted; a later resume can never pick them up. When
+        anything moved, the files in ``also_copy`` (the metrics log that covers them) are
+        copied into ``superseded/`` too.
+        """
+        moved = []
+        for path in self.checkpoints():
+            if int(_STEP_FILE.match(path.name).group(1)) > after_step:
+                moved.append(self._move(path, "corrupt" if path in self.corrupt else "superseded"))
+        for name in ("best.pt", "last_good.pt"):
+            path = self.directory / name
+            if not path.exists():
                 continue
-            self.protected = path
-            self.best_metric = state.get("best_metric")
-            return LoadedCheckpoint(path, state)
+            step = _peek_step(path)
+            if step is None:
+                moved.append(self._move(path, "corrupt"))
+            elif step > after_step:
+                moved.append(self._move(path, "superseded"))
+        for path in also_copy if moved else ():
+            if path.exists():
+                target = self._free_name(self.directory / "superseded", path.name)
+                shutil.copyfile(path, target)
+                moved.append(target)
+        return moved
+
+    def last_good_step(self) -> int | None:
+        """The step ``last_good.pt`` holds, None if there is none (or it cannot be read)."""
+        path = self.directory / "last_good.pt"
+        return _peek_step(path) if path.exists() else None
+
+    @staticmethod
+    def _free_name(folder: Path, name: str) -> Path:
+        """``folder/name``, or ``folder/<stem>.<n><suffix>`` if taken (folder created if needed)."""
+        folder.mkdir(exist_ok=True)
+        target, n = folder / name, 1
+        while target.exists():
+            stem, dot, suffix = name.partition(".")
+            target, n = folder / f"{stem}.{n}{dot}{suffix}", n + 1
+        return target
+
+    def _move(self, path: Path, kind: str) -> Path:
+        target = self._free_name(self.directory / kind, path.name)
+        sidecar = path.with_name(path.name + ".sha256")
+        if sidecar.exists():
+            os.replace(sidecar, target.with_name(target.name + ".sha256"))
+        os.replace(path, target)
+        return target
+
+    def remove_leftovers(self) -> list[Path]:
+        """Delete what a killed save leaves behind: hidden ``.<name>.tmp-<pid>`` files and ``.sha256``
+        files whose checkpoint is gone. Call it only while no other process writes here (hold the
+        run folder's lock): another writer's temp file looks the same."""
+        removed = []
+        for path in self.directory.iterdir():
+            orphan = path.name.endswith(".sha256") and not path.with_name(path.name[:-len(".sha256")]).exists()
+            if path.is_file() and (_TEMP_FILE.match(path.name) or orphan):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        return removed
+
+
+def _peek_step(path: Path) -> int | None:
+    """The ``step`` of a checkpoint without reading its tensors (``mmap``); None if it cannot be read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception:
         return None
 
 
@@ -256,29 +374,3 @@ def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer
     if restore_rng:
         set_rng_state(state["rng"])
     return {k: state.get(k) for k in ("epoch", "step", "batch_in_epoch", "best_metric", "extra", "config")}
-
-
-class StopSignal:
-    """Context manager: SIGTERM and SIGINT set ``requested`` instead of killing the process.
-
-    The training loop checks ``requested`` after each optimizer step, saves a checkpoint
-    and exits. A second Ctrl-C while waiting restores the default behaviour (hard stop).
-    """
-
-    def __init__(self) -> None:
-        self.requested: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-
-    def __enter__(self) -> "StopSignal":
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

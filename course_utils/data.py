@@ -4,6 +4,9 @@ Everything here runs offline. ``load_cifar10`` looks for ``cifar-10-batches-py``
 under the data root (argument, else ``$COURSE_DATA``, else ``<repo>/data``) and
 falls back to a deterministic synthetic data set with the same shapes, dtypes,
 class names and normalisation. It prints one line saying which source it uses.
+The fallback is only for "no data at all": a ``cifar-10-batches-py`` folder whose
+files are missing, truncated or malformed raises ``UnreadableDataError`` naming the
+file, rather than training on the stand-in and evaluating on real data.
 
 Pitfall: a plain ``DataLoader(shuffle=True)`` draws its order from the global
 torch RNG, so a restarted process replays epoch 0's order. ``make_loader`` makes
@@ -32,8 +35,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from course_utils.env import by_size
 
-__all__ = ["CLASSES", "MEAN", "STD", "CIFAR_FOLDER", "SYSTEMATIC_SWAP", "CIFARArrays", "default_data_root",
-           "load_cifar10", "synthetic_cifar10", "take_fraction", "corrupt_labels", "epoch_order",
+__all__ = ["CLASSES", "MEAN", "STD", "CIFAR_FOLDER", "SYSTEMATIC_SWAP", "CIFARArrays", "UnreadableDataError",
+           "default_data_root", "load_cifar10", "synthetic_cifar10", "take_fraction", "corrupt_labels", "epoch_order",
            "EpochSampler", "make_loader", "batches_per_epoch"]
 
 
@@ -101,6 +104,10 @@ class CIFARArrays(Dataset):
         return new
 
 
+class UnreadableDataError(RuntimeError):
+    """Real CIFAR-10 is on disk but a file of it is missing, truncated or malformed (the message names it)."""
+
+
 def default_data_root() -> Path:
     """``$COURSE_DATA`` if set, else the ``data/`` folder at the workbook's root."""
     env = os.environ.get("COURSE_DATA")
@@ -113,17 +120,23 @@ def load_cifar10(train: bool = True, root: str | os.PathLike | None = None, down
 
     The result has ``source`` ("cifar10" or "synthetic") and ``reason``.
     Sizes of the stand-in: 50,000/10,000 images, or 5,000/1,000 with ``COURSE_FAST=1``.
+    Raises ``UnreadableDataError`` when the ``cifar-10-batches-py`` folder exists but a
+    file of the split cannot be read: the stand-in replaces missing data, never broken data.
     """
     root = Path(root).expanduser() if root is not None else default_data_root()
     split = "train" if train else "test"
     data = targets = None
-    if (root / CIFAR_FOLDER).is_dir() or download:
+    folder = root / CIFAR_FOLDER
+    if not folder.is_dir() and download:
         try:
-            data, targets = _read_cifar_from_disk(str(root), train, download)
-            reason = f"在 {root / CIFAR_FOLDER} 找到了真实数据"
-        except Exception as exc:  # missing files, failed download (offline), corrupt pickle
-            reason = f"无法读取 {root / CIFAR_FOLDER}({type(exc).__name__}: {str(exc)[:80]})"
-    else:
+            from torchvision.datasets import CIFAR10
+            CIFAR10(str(root), train=train, download=True)
+        except Exception as exc:  # offline: no data at all, the stand-in is used
+            reason = f"下载失败({type(exc).__name__}: {str(exc)[:80]})"
+    if folder.is_dir():
+        data, targets = _read_cifar_from_disk(folder, train)
+        reason = f"在 {folder} 找到了真实数据"
+    elif not download:
         reason = f"{root} 下没有 {CIFAR_FOLDER}"
     if data is not None:
         ds = CIFARArrays(data, targets, "cifar10", reason, augment, seed)
@@ -139,23 +152,29 @@ def load_cifar10(train: bool = True, root: str | os.PathLike | None = None, down
     return ds
 
 
-def _read_cifar_from_disk(root: str, train: bool, download: bool) -> tuple[np.ndarray, list[int]]:
-    from torchvision.datasets import CIFAR10
-
-    class _OnDisk(CIFAR10):
-        # torchvision verifies the md5 of every file on each load; existence is enough
-        # here (and lets the tests use a tiny file set in the same format).
-        def _check_integrity(self) -> bool:
-            folder = Path(self.root) / self.base_folder
-            return all((folder / name).is_file() for name, _ in self.train_list + self.test_list)
-
-        def _load_meta(self) -> None:
-            import pickle
-            with open(Path(self.root) / self.base_folder / self.meta["filename"], "rb") as f:
-                self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-
-    ds = _OnDisk(root, train=train, download=download)
-    return np.ascontiguousarray(ds.data, dtype=np.uint8), list(ds.targets)
+def _read_cifar_from_disk(folder: Path, train: bool) -> tuple[np.ndarray, list[int]]:
+    """The python-pickle CIFAR-10 batches of one split, each file checked (shapes, dtypes, labels)."""
+    import pickle
+    images, labels = [], []
+    for name in [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]:
+        path = folder / name
+        try:
+            with open(path, "rb") as f:
+                entry = pickle.load(f, encoding="latin1")
+            rows = np.asarray(entry["data"])
+            batch_labels = [int(t) for t in entry.get("labels", entry.get("fine_labels", []))]
+            if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != 3072:
+                raise ValueError(f"图像应为 uint8 (N, 3072),实际是 {rows.dtype} {rows.shape}")
+            if len(batch_labels) != len(rows) or not all(0 <= t < 10 for t in batch_labels):
+                raise ValueError(f"{len(rows)} 张图配了 {len(batch_labels)} 个标签,或标签不在 0–9")
+        except FileNotFoundError:
+            raise UnreadableDataError(f"真实数据不完整: 缺少 {path};补齐文件,或移走 {folder} 改用合成替身") from None
+        except Exception as exc:  # truncated or foreign pickle, wrong layout
+            raise UnreadableDataError(f"真实数据文件 {path} 无法读取({type(exc).__name__}: {str(exc)[:80]});"
+                                      "文件可能被截断或损坏,请重新下载") from None
+        images.append(rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        labels += batch_labels
+    return np.ascontiguousarray(np.concatenate(images), dtype=np.uint8), labels
 
 
 # Per class: grating orientation (radians), frequency (cycles per image), colour direction.

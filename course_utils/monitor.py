@@ -11,7 +11,14 @@ Pitfalls handled:
   ``with monitor.paused():`` and the first (warm-up) step left out.
 - A loss spike or grad-norm surge prints a console alert (and a wandb alert).
 - On resume, records after the resumed step are dropped so the file holds exactly
-  one record per step.
+  one record per step. The rewrite is atomic and durable: a kill at any moment keeps
+  every record that a checkpoint covers.
+- Trouble: a skipped (non-finite) step, or a step the loss spike detector flags, is a
+  bad step, kept in ``trouble`` for ``trouble_window`` steps: ``trouble.count(step)`` is
+  the rate a training loop can stop on, and ``healthy(step)`` (no bad step in the window)
+  says whether a checkpoint saved now is a known-good one. Before its detector has enough
+  history, an explosion (10x above every loss so far) still counts, so a blow-up in the
+  first steps is not taken for progress.
 
 Example::
 
@@ -40,8 +47,8 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-__all__ = ["LOGGERS", "SpikeDetector", "peak_memory_mb", "read_metrics", "JsonlSink", "TensorBoardSink",
-           "WandbSink", "ProgressSink", "Monitor", "wandb_mode"]
+__all__ = ["LOGGERS", "SpikeDetector", "RecentSteps", "peak_memory_mb", "read_metrics", "JsonlSink",
+           "TensorBoardSink", "WandbSink", "ProgressSink", "Monitor", "wandb_mode"]
 
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
@@ -52,11 +59,15 @@ class SpikeDetector:
 
     A value is a spike when it is not finite, or when, after ``warmup`` values, it exceeds
     both ``median + threshold * 1.4826 * MAD`` and ``min_ratio * median`` of the last
-    ``window`` values.
+    ``window`` values. Before ``warmup`` values there is no noise estimate and no judgement,
+    except, with ``explode_ratio``, for a value more than ``explode_ratio`` times every value
+    so far (an lr blow-up at step 2 must not wait 20 steps to be noticed).
     """
 
-    def __init__(self, window: int = 50, threshold: float = 6.0, min_ratio: float = 1.5, warmup: int = 20) -> None:
+    def __init__(self, window: int = 50, threshold: float = 6.0, min_ratio: float = 1.5, warmup: int = 20,
+                 explode_ratio: float | None = None) -> None:
         self.window, self.threshold, self.min_ratio, self.warmup = window, threshold, min_ratio, warmup
+        self.explode_ratio = explode_ratio
         self.history: deque[float] = deque(maxlen=window)
 
     def update(self, value: float) -> bool:
@@ -67,6 +78,8 @@ class SpikeDetector:
             med = statistics.median(self.history)
             mad = statistics.median(abs(v - med) for v in self.history)
             spike = value > med + self.threshold * 1.4826 * mad and value > self.min_ratio * med
+        elif self.explode_ratio is not None and self.history:
+            spike = value > self.explode_ratio * max(self.history)
         self.history.append(value)
         return spike
 
@@ -75,6 +88,42 @@ class SpikeDetector:
 
     def load_state_dict(self, state: dict) -> None:
         self.history = deque(state["history"], maxlen=self.window)
+
+
+class RecentSteps:
+    """The marked steps among the last ``window`` steps: a rate, not only a streak.
+
+    "Stop after 5 bad steps in a row" never fires when every other step is bad; "stop when
+    5 of the last 50 steps were bad" does. A step marked twice counts once.
+
+    Example::
+
+        bad = RecentSteps(window=50)
+        if skipped:
+            bad.add(step)
+        if bad.count(step) >= 5: ...
+    """
+
+    def __init__(self, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window 至少为 1,实际是 {window}")
+        self.window = window
+        self.steps: set[int] = set()
+
+    def add(self, step: int) -> None:
+        self.steps.add(int(step))
+
+    def count(self, step: int) -> int:
+        """How many marked steps lie in ``(step - window, step]``. Marks older than that window are
+        forgotten, so ask with non-decreasing steps (a training loop does)."""
+        self.steps = {s for s in self.steps if s > step - self.window}
+        return sum(1 for s in self.steps if s <= step)
+
+    def state_dict(self) -> dict:
+        return {"window": self.window, "steps": sorted(self.steps)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = {int(s) for s in state["steps"]}
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -104,14 +153,21 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 class JsonlSink:
-    """One JSON object per line in ``metrics.jsonl``; on resume, records after the resumed step are dropped."""
+    """One JSON object per line in ``metrics.jsonl``; on resume, records after the resumed step are dropped.
+
+    The rewrite goes through a temp file, ``fsync`` and ``os.replace``: killed at any moment,
+    the folder holds the old file or the new one, both with every record up to ``resume_step``.
+    """
 
     def __init__(self, path: Path, resume_step: int | None = None) -> None:
         self.path = path
         if resume_step is not None:
             kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
-            tmp = path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in kept))
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         elif path.exists():
             path.unlink()
@@ -215,7 +271,7 @@ class Monitor:
     def __init__(self, out_dir: str | os.PathLike, loggers: Iterable[str] = ("jsonl",), *, flush_every: int = 20,
                  smoothing: float = 0.98, device: torch.device | str = "cpu", total_steps: int | None = None,
                  resume_step: int | None = None, config: dict | None = None, progress: bool = True,
-                 project: str = "course-0.4") -> None:
+                 project: str = "course-0.4", trouble_window: int = 50) -> None:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.loggers = tuple(dict.fromkeys(["jsonl", *loggers]))
@@ -226,7 +282,8 @@ class Monitor:
         self.device = torch.device(device)
         self.smooth: float | None = None
         self.smooth_n = 0
-        self.loss_alarm, self.grad_alarm = SpikeDetector(), SpikeDetector()
+        self.loss_alarm, self.grad_alarm = SpikeDetector(explode_ratio=10.0), SpikeDetector()
+        self.trouble = RecentSteps(trouble_window)  # bad steps: skipped (non-finite) or loss spikes
         self.alerts: list[dict[str, Any]] = []
         self._pending: list[tuple] = []
         self._window_start: float | None = None
@@ -251,6 +308,8 @@ class Monitor:
             self._window_start, self._paused = now, 0.0
         else:
             self._window_samples += batch_size
+        if skipped:  # known now; loss spikes are judged at the next flush
+            self.trouble.add(step)
         as_t = lambda v: v.detach().float().reshape(()) if torch.is_tensor(v) else torch.tensor(float(v))  # noqa: E731
         self._pending.append((step, epoch, as_t(loss), as_t(grad_norm), as_t(clipped), float(lr), skipped))
         if len(self._pending) >= self.flush_every:
@@ -275,6 +334,7 @@ class Monitor:
                       "grad_norm": gnorm, "clipped": bool(clipped), "lr": lr, "samples_per_sec": sps,
                       "mem_peak_mb": mem, "skipped": skipped}
             if self.loss_alarm.update(loss):
+                self.trouble.add(step)
                 self.alert("loss spike", f"step {step}: loss {loss:.4g},近期中位数 "
                            f"{statistics.median(self.loss_alarm.history):.4g}", step)
             if self.grad_alarm.update(gnorm):
@@ -319,14 +379,21 @@ class Monitor:
         finally:
             self._paused += time.perf_counter() - start
 
+    def healthy(self, step: int) -> bool:
+        """No bad step (skipped, or a loss spike) in the last ``trouble_window`` steps up to ``step``.
+        Spikes are judged at flush time: ``flush()`` first."""
+        return self.trouble.count(step) == 0
+
     def state_dict(self) -> dict[str, Any]:
-        return {"smooth": self.smooth, "smooth_n": self.smooth_n,
-                "loss_alarm": self.loss_alarm.state_dict(), "grad_alarm": self.grad_alarm.state_dict()}
+        return {"smooth": self.smooth, "smooth_n": self.smooth_n, "loss_alarm": self.loss_alarm.state_dict(),
+                "grad_alarm": self.grad_alarm.state_dict(), "trouble": self.trouble.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.smooth, self.smooth_n = state["smooth"], state["smooth_n"]
         self.loss_alarm.load_state_dict(state["loss_alarm"])
         self.grad_alarm.load_state_dict(state["grad_alarm"])
+        if "trouble" in state:  # checkpoints written before trouble tracking have none
+            self.trouble.load_state_dict(state["trouble"])
 
     def close(self) -> None:
         self.flush()

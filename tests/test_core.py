@@ -388,6 +388,77 @@ def test_best_falls_back_to_a_copy_without_hard_links(tmp_path, monkeypatch):
                                                           "step_00000003.pt.sha256"]
 
 
+def test_pruning_keeps_the_newest_and_never_touches_newer_files(tmp_path):
+    """A fresh run in a folder whose higher step numbers are stale: its own files must survive."""
+    stale = checkpoint.CheckpointManager(tmp_path, keep_last=2)
+    stale.save(_state(40), 40)
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=2)
+    for step in (4, 8, 12):
+        mgr.save(_state(step), step)
+    assert [p.name for p in mgr.checkpoints()] == ["step_00000008.pt", "step_00000012.pt", "step_00000040.pt"]
+
+
+def test_last_good_is_kept_and_only_advanced_by_healthy_saves(tmp_path):
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=2, keep_last_good=True)
+    for step, healthy in [(4, True), (8, True), (12, False), (16, False), (20, False)]:
+        mgr.save(_state(step), step, healthy=healthy)
+    names = sorted(p.name for p in tmp_path.glob("*.pt"))
+    assert names == ["last_good.pt", "step_00000016.pt", "step_00000020.pt"]  # last 2 + last_good
+    assert mgr.last_good_step() == 8 and checkpoint.load_verified(tmp_path / "last_good.pt")["step"] == 8
+    found = mgr.load_last_good()
+    assert found.path.name == "last_good.pt" and found.state["step"] == 8
+    plain = checkpoint.CheckpointManager(tmp_path / "plain", keep_last=2)
+    plain.save(_state(1), 1)
+    assert not (tmp_path / "plain" / "last_good.pt").exists(), "only with keep_last_good (notebook 04's API)"
+
+
+def test_set_aside_moves_newer_checkpoints_never_deletes(tmp_path):
+    mgr = checkpoint.CheckpointManager(tmp_path, keep_last=3, keep_last_good=True)
+    for step, metric in [(2, 0.1), (4, 0.2), (6, 0.3)]:
+        mgr.save(_state(step), step, metric, healthy=step < 6)
+    newest = tmp_path / "step_00000006.pt"
+    damaged = bytearray(newest.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    os.unlink(newest)  # best.pt is a hard link to it: write a separate, damaged file
+    newest.write_bytes(bytes(damaged))
+    (tmp_path / "metrics.jsonl").write_text('{"step": 6}\n')
+    resumed = checkpoint.CheckpointManager(tmp_path, keep_last=3, keep_last_good=True)
+    with pytest.warns(UserWarning, match="跳过损坏的检查点"):
+        assert resumed.load_latest().state["step"] == 4
+    moved = resumed.set_aside(4, also_copy=(tmp_path / "metrics.jsonl",))
+    assert sorted(str(p.relative_to(tmp_path)) for p in moved) == [
+        "corrupt/step_00000006.pt", "superseded/best.pt", "superseded/metrics.jsonl"]
+    assert (tmp_path / "corrupt" / "step_00000006.pt").read_bytes() == bytes(damaged)
+    assert checkpoint.load_verified(tmp_path / "superseded" / "best.pt")["step"] == 6
+    assert [p.name for p in resumed.checkpoints()] == ["step_00000002.pt", "step_00000004.pt"]
+    assert resumed.last_good_step() == 4 and not (tmp_path / "best.pt").exists()
+    assert resumed.set_aside(4) == [], "nothing newer left"
+
+
+def test_leftovers_of_a_killed_save_are_removed(tmp_path):
+    mgr = checkpoint.CheckpointManager(tmp_path)
+    mgr.save(_state(3), 3)
+    (tmp_path / ".step_00000006.pt.tmp-4242").write_bytes(b"half a checkpoint")
+    (tmp_path / "step_00000001.pt.sha256").write_text("abc  step_00000001.pt\n")  # its checkpoint was pruned
+    removed = sorted(p.name for p in mgr.remove_leftovers())
+    assert removed == [".step_00000006.pt.tmp-4242", "step_00000001.pt.sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000003.pt", "step_00000003.pt.sha256"]
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    mgr = checkpoint.CheckpointManager(tmp_path)
+    mgr.save(_state(1), 1)
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(checkpoint.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        mgr.save(_state(2), 2)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000001.pt", "step_00000001.pt.sha256"]
+    assert checkpoint.load_verified(tmp_path / "step_00000001.pt")["step"] == 1
+
+
 def test_ema_leaves_integer_parameters_to_the_live_model():
     model = torch.nn.Linear(2, 2)
     model.register_parameter("count", torch.nn.Parameter(torch.tensor([3]), requires_grad=False))

@@ -1,0 +1,185 @@
+"""Command-line flags that are checked before anything heavy is imported.
+
+A training script that imports torch first spends seconds before it notices ``--lr 3e-3O``,
+and a value that parses but makes no sense (``--lr nan``, ``--batch-size 0``,
+``--data-fraction 1.5``) ends minutes later in a 40-line traceback, or is accepted
+silently and wastes the run. Here every option gets a *validator*: an argparse
+``type=`` from this module, or ``choices``. A bad value ends the program with one
+Chinese line and exit code 2, argparse's convention for a usage error::
+
+    train_cifar_pro.py: 参数错误: --lr 'nan': 应为 > 0 的有限数
+
+This module imports only the standard library, so ``parse_args`` can run before torch.
+
+Pitfalls handled:
+- ``float("nan")`` and ``float("inf")`` parse fine, and ``nan > 0`` is simply False:
+  a check written ``if lr <= 0: error`` lets NaN through. Validators reject non-finite floats.
+- argparse accepts any unambiguous prefix (``--batch 64`` for ``--batch-size``); ``Parser``
+  turns that off, so a command line, and a saved config, only ever holds full names.
+- argparse's own errors print the whole usage (dozens of lines for a real script) and an
+  English sentence; ``Parser.error`` prints one line.
+- ``unchecked_options(parser)`` lists options without a validator: a test can require none.
+
+Example::
+
+    p = Parser(prog="train.py")
+    p.add_argument("--lr", type=float_in(0, None, low_open=True), default=2e-3)
+    p.add_argument("--epochs", type=int_at_least(1), default=2)
+    args = p.parse_args()          # "--epochs 0" -> one line, exit 2
+    assert not unchecked_options(p)
+
+Taught in ``10_homework`` (the reference script ``solutions/homework/train_cifar_pro.py``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn
+
+__all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "run_folder",
+           "device_spec", "unchecked_options"]
+
+
+USAGE_ERROR = 2  # argparse's exit status for a bad command line
+
+
+def usage_error(message: str, prog: str | None = None) -> NoReturn:
+    """Print ``prog: 参数错误: message`` on one line to stderr and exit with status 2."""
+    prog = prog or os.path.basename(sys.argv[0])
+    print(f"{prog}: 参数错误: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(USAGE_ERROR)
+
+
+# argparse's own messages (CPython 3.10-3.13 wording) in one Chinese line each
+_ARGPARSE = [
+    (re.compile(r"argument (\S+): invalid choice: '?([^']*?)'? \(choose from (.*)\)"),
+     lambda m: f"{m[1]} {m[2]!r}: 不是可选值(可选: {m[3].replace(chr(39), '')})"),
+    (re.compile(r"argument (\S+): expected one argument"), lambda m: f"{m[1]}: 缺少取值"),
+    (re.compile(r"argument (\S+): not allowed with argument (\S+)"), lambda m: f"{m[2]} 和 {m[1]} 不能同时使用"),
+    (re.compile(r"argument (\S+): invalid \S+ value: (.*)"), lambda m: f"{m[1]} {m[2]}: 不是合法的值"),
+    (re.compile(r"unrecognized arguments: (.*)"), lambda m: f"不认识的参数 {m[1]}(--help 列出全部开关)"),
+    (re.compile(r"argument (\S+): (.*)"), lambda m: f"{m[1]} {m[2]}"),  # our validators' messages
+]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` without prefix matching whose errors are one Chinese line (exit 2)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        for pattern, render in _ARGPARSE:
+            match = pattern.fullmatch(message.strip())
+            if match:
+                message = render(match)
+                break
+        usage_error(message, self.prog)
+
+
+def _validator(check: Callable[[str], object], expected: str) -> Callable[[str], object]:
+    """Wrap ``check`` as an argparse ``type=``: a ValueError becomes "'value': expected"."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r}: {expected}") from None
+    parse.__name__ = expected  # argparse names the type in some messages
+    parse.validates = expected  # marks a validator for unchecked_options
+    return parse
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer ``>= low``."""
+    def check(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError
+        return value
+    return _validator(check, f"应为 ≥ {low} 的整数")
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An integer in ``[low, high]``."""
+    def check(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError
+        return value
+    return _validator(check, f"应为 {low} 到 {high} 之间的整数")
+
+
+def float_in(low: float, high: float | None = None, *, low_open: bool = False,
+             high_open: bool = False) -> Callable[[str], float]:
+    """A finite float in the interval from ``low`` to ``high`` (``None``: no upper bound)."""
+    def check(text: str) -> float:
+        value = float(text)
+        ok = math.isfinite(value) and (value > low if low_open else value >= low)
+        if high is not None:
+            ok = ok and (value < high if high_open else value <= high)
+        if not ok:
+            raise ValueError
+        return value
+    if high is None:
+        expected = f"应为 {'>' if low_open else '≥'} {low:g} 的有限数"
+    else:
+        expected = f"应在 {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'} 之间"
+    return _validator(check, expected)
+
+
+def int_list(low: int) -> Callable[[str], tuple[int, ...]]:
+    """Comma-separated integers, each ``>= low`` (``"6"`` or ``"6,8,10"``)."""
+    def check(text: str) -> tuple[int, ...]:
+        values = tuple(int(part) for part in text.split(","))
+        if any(v < low for v in values):
+            raise ValueError
+        return values
+    return _validator(check, f"应为逗号分隔的 ≥ {low} 的整数")
+
+
+def _check_folder(text: str) -> Path:
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError
+    return path
+
+
+run_folder = _validator(_check_folder, "应为一个可写的文件夹(不能是已存在的文件)")
+run_folder.__doc__ = "A folder that exists or can be created: not an existing file, under a writable parent."
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def _check_device(text: str) -> str:
+    if not _DEVICE.fullmatch(text.strip().lower()):
+        raise ValueError
+    return text.strip().lower()
+
+
+device_spec = _validator(_check_device, "应为 auto、cpu、cuda、cuda:N 或 mps")
+device_spec.__doc__ = ("A device name's spelling: auto, cpu, cuda, cuda:N or mps (whether it is there is "
+                       "checked once torch is imported).")
+
+
+def unchecked_options(parser: argparse.ArgumentParser) -> list[str]:
+    """Options whose value no validator checks: neither ``choices`` nor a ``type=`` from this module.
+
+    Flags without a value (``store_true``) and ``--help`` count as checked.
+    """
+    unchecked = []
+    for action in parser._actions:
+        if not action.option_strings or action.nargs == 0:
+            continue
+        if action.choices is None and not hasattr(action.type, "validates"):
+            unchecked.append(action.option_strings[-1])
+    return unchecked

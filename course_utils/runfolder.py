@@ -1,0 +1,358 @@
+"""One run per folder: a lock, a status file, the saved config as the run's identity, a clean stop.
+
+A run folder (``--out``) holds exactly one training run: ``config.json`` (what the run
+is), ``metrics.jsonl``, ``checkpoints/``, ``status.json`` (how it ended) and ``run.lock``.
+What goes wrong without the rules below is what people actually do:
+
+- two runs started with the same ``--out`` both train and interleave their files.
+  ``RunFolder.claim`` takes a ``fcntl.lockf`` lock; a second process is refused with the
+  first one's pid. Not ``flock``: a ``flock`` lock belongs to the open file, so forked
+  DataLoader workers inherit it and keep it after the trainer is killed, and an immediate
+  restart would be refused. A ``lockf`` (POSIX record) lock belongs to the process and
+  dies with it;
+- forgetting ``--resume`` in a finished folder overwrites the old run's config and
+  metrics. ``claim`` refuses to start a new run in a folder that holds one unless asked to
+  start over (``overwrite=True``), which moves the old run aside instead of deleting it;
+- ``--resume`` with a different batch size, seed or data fraction silently continues as a
+  different run (or, with a larger batch, spins forever past the end of the epoch).
+  ``config_changes`` compares the saved config with the command line and refuses, field by
+  field, whatever would change the trajectory; some fields may change only when named;
+- launchers (torchrun, some schedulers) fold a worker's exit code into 1, so "preempted"
+  and "crashed" look alike. ``status.json`` is the source of truth; ``ExitCode`` is the
+  single-process exit status that matches it;
+- SIGTERM (Slurm ``scancel``, Kubernetes, systemd) and Ctrl-C: ``StopSignal`` turns them
+  into a flag the loop checks at a step boundary, so the run saves and exits cleanly.
+
+Only the standard library is imported here: a script can claim its folder and check its
+config in milliseconds, before it imports torch.
+
+Example::
+
+    with StopSignal() as stop, RunFolder.claim(out, resume=args.resume, overwrite=args.overwrite) as run:
+        saved = run.saved_config()
+        if args.resume and saved:
+            changes = config_changes(saved["hparams"], vars(args), free=FREE, changeable={"lr"},
+                                     allowed=set(args.allow_change))
+        run.write_status("running", step=0)
+        ...
+        run.write_status("finished", step=total_steps, exit_code=ExitCode.FINISHED)
+
+Taught in ``04_checkpoint_resume`` §3 (the kill-and-resume self-test runs the reference script, which uses all of this).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import signal
+import socket
+import time
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+__all__ = ["ExitCode", "STATES", "Refused", "RunFolder", "read_status", "holds_run", "config_changes",
+           "StopSignal"]
+
+
+class ExitCode(IntEnum):
+    """The exit status of a single-process run; ``status.json`` says the same in words."""
+
+    FINISHED = 0    # every step done
+    FAILED = 1      # an error (data, disk, a bug); the message names the cause
+    REFUSED = 2     # bad command line or a folder conflict; nothing was changed (argparse's convention)
+    BAD_STEPS = 3   # stopped: too many non-finite steps; resume from the last known-good checkpoint
+    PREEMPTED = 75  # SIGTERM/SIGINT: saved and stopped; run again with --resume (75 = EX_TEMPFAIL, "try again")
+
+
+# status.json "state" for each way a run ends, plus "running" while it runs
+STATES = {ExitCode.FINISHED: "finished", ExitCode.FAILED: "failed", ExitCode.BAD_STEPS: "stopped_bad_steps",
+          ExitCode.PREEMPTED: "preempted"}
+
+LOCK, STATUS, CONFIG = "run.lock", "status.json", "config.json"
+
+
+class Refused(Exception):
+    """The run cannot start as asked. The message is one Chinese line; nothing on disk was changed."""
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Atomic: readers see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def holds_run(folder: str | os.PathLike) -> bool:
+    """True when ``folder`` holds a run that made progress: a checkpoint or a metrics record.
+
+    A start that failed before its first step (bad data, a typo caught late) leaves only
+    ``config.json``/``status.json``; that is not a run worth protecting.
+    """
+    folder = Path(folder)
+    metrics = folder / "metrics.jsonl"
+    return (metrics.is_file() and metrics.stat().st_size > 0) or any((folder / "checkpoints").glob("*.pt"))
+
+
+def _try_lock(path: Path) -> int | None:
+    """Open ``path`` and take an exclusive ``lockf`` lock on it: the fd, or None if another process holds it."""
+    import fcntl
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(folder: Path) -> str:
+    try:
+        return (folder / LOCK).read_text().strip() or "pid 未知"
+    except OSError:
+        return "pid 未知"
+
+
+class RunFolder:
+    """A run folder claimed by this process (use ``RunFolder.claim``); the lock is held until ``release``.
+
+    Never open ``run.lock`` a second time in the process that holds the lock: closing any
+    descriptor of that file drops a POSIX lock.
+    """
+
+    def __init__(self, path: Path, fd: int, moved_aside: Path | None = None) -> None:
+        self.path, self._fd, self.moved_aside = path, fd, moved_aside
+
+    @classmethod
+    def claim(cls, path: str | os.PathLike, *, resume: bool, overwrite: bool = False) -> "RunFolder":
+        """Lock ``path`` (created if needed) for this process; raise ``Refused`` when that is not safe.
+
+        Refused: another process holds the folder; or it holds a run, ``resume`` is False and
+        ``overwrite`` is False. With ``overwrite`` an existing run is renamed to
+        ``<name>.replaced-<time>`` beside it (nothing is deleted) and a fresh folder is claimed.
+        """
+        path = Path(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd = _try_lock(path / LOCK)
+        except OSError as exc:
+            raise Refused(f"无法在 {path} 建立运行目录: {exc.strerror or exc}") from None
+        if fd is None:
+            raise Refused(f"{path} 正被另一个训练进程使用({_holder(path)});同一个 --out 同时只能跑一个运行") from None
+        folder = cls(path, fd)
+        folder._write_holder()
+        if resume or not holds_run(path):
+            return folder
+        if not overwrite:
+            status = read_status(path, check_alive=False) or {}
+            state = f"状态 {status['state']},step {status.get('step')}" if status.get("state") else "有检查点/记录"
+            folder.release()
+            raise Refused(f"{path} 里已经有一次运行({state});继续它请加 --resume,"
+                          "从头重来请加 --overwrite(旧运行会被改名保留,不会删除)")
+        aside = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        n = 1
+        while aside.exists():
+            aside, n = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
+        try:
+            os.rename(path, aside)
+            path.mkdir()
+            fresh = _try_lock(path / LOCK)
+        except OSError as exc:
+            folder.release()
+            raise Refused(f"--overwrite: 无法把旧运行移到 {aside}: {exc.strerror or exc}") from None
+        folder.release()  # the lock of the old folder, now at `aside`
+        if fresh is None:
+            raise Refused(f"{path} 刚被另一个训练进程占用({_holder(path)})") from None
+        folder = cls(path, fresh, moved_aside=aside)
+        folder._write_holder()
+        return folder
+
+    def remove_leftovers(self) -> list[Path]:
+        """Delete the hidden ``.<name>.tmp-<pid>`` files a killed process left in the folder (we hold the lock,
+        so no other writer is at work)."""
+        removed = [p for p in self.path.glob(".*.tmp-*") if p.is_file()]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
+
+    def _write_holder(self) -> None:
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"pid {os.getpid()} @ {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Drop the lock (also dropped by the OS when the process dies, however it dies)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # ---------------------------------------------------------------- status
+    def write_status(self, state: str, step: int, *, exit_code: int | None = None, message: str = "",
+                     **extra: Any) -> None:
+        """Write ``status.json`` atomically: ``state`` is "running" or one of ``STATES``' values."""
+        if state != "running" and state not in STATES.values():
+            raise ValueError(f"未知的状态 {state!r}")
+        _write_json(self.path / STATUS, {"state": state, "step": step, "exit_code": exit_code, "message": message,
+                                         "pid": os.getpid(), "host": socket.gethostname(), "updated_at": _now(),
+                                         **extra})
+
+    # ---------------------------------------------------------------- identity
+    def saved_config(self) -> dict[str, Any] | None:
+        """``config.json`` as a dict, None if there is none; ``Refused`` if it cannot be read."""
+        path = self.path / CONFIG
+        if not path.exists():
+            return None
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(config.get("hparams"), dict):
+                raise ValueError("没有 hparams")
+        except (OSError, ValueError) as exc:
+            raise Refused(f"{path} 无法读取({exc});它是这次运行的身份,请恢复它或用新的 --out") from None
+        return config
+
+    def record_changes(self, config: dict[str, Any], changes: dict[str, tuple[Any, Any]], step: int) -> dict[str, Any]:
+        """Apply allowed ``changes`` ({field: (old, new)}) to ``config``, append them to its ``history``
+        and write ``config.json``; return the new config."""
+        config = {**config, "hparams": {**config["hparams"], **{k: new for k, (_, new) in changes.items()}}}
+        if changes:
+            entry = {"step": step, "changes": {k: [old, new] for k, (old, new) in changes.items()}, "at": _now()}
+            config["history"] = [*config.get("history", []), entry]
+        _write_json(self.path / CONFIG, config)
+        return config
+
+
+def read_status(folder: str | os.PathLike, check_alive: bool = True) -> dict[str, Any] | None:
+    """``status.json`` of ``folder`` (None if absent), for launchers, tests and people.
+
+    With ``check_alive``, ``alive`` says whether a process holds the folder's lock; a
+    "running" status with ``alive`` False means the run was killed (SIGKILL, OOM, power).
+    Do not call this with ``check_alive`` in the process that holds the lock (see ``RunFolder``).
+    """
+    folder = Path(folder)
+    try:
+        status = json.loads((folder / STATUS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if check_alive:
+        fd = _try_lock(folder / LOCK) if (folder / LOCK).exists() else None
+        status["alive"] = (folder / LOCK).exists() and fd is None
+        if fd is not None:
+            os.close(fd)
+    return status
+
+
+_MISSING = object()
+
+
+def config_changes(saved: dict[str, Any], new: dict[str, Any], *, free: Iterable[str], changeable: Iterable[str],
+                   allowed: Iterable[str], defaults: dict[str, Any] | None = None,
+                   saved_as: str = "这次运行保存的配置") -> dict[str, tuple[Any, Any]]:
+    """Compare a run's saved hyperparameters with the command line of a resume.
+
+    ``free`` fields may differ silently (logging, checkpoint interval, workers...).
+    ``changeable`` fields may differ only if named in ``allowed`` (``--allow-change``).
+    Every other difference is refused: ``Refused`` names each field, old → new.
+    A field missing from ``saved`` (a flag added after the run started) is compared with
+    ``defaults``. ``saved_as`` names ``saved`` in the message. Returns the allowed changes
+    as ``{field: (old, new)}``.
+    """
+    free, changeable, allowed = set(free), set(changeable), set(allowed)
+    defaults = defaults or {}
+    changed = {}
+    for key, value in new.items():
+        old = saved.get(key, defaults.get(key, _MISSING))
+        if key not in free and _normal(old) != _normal(value):
+            changed[key] = (None if old is _MISSING else old, value)
+    refused = [f"{k} {_show(old)} → {_show(new)}" + (f"(确要修改请加 --allow-change {k})" if k in changeable else "")
+               for k, (old, new) in changed.items() if k not in changeable or k not in allowed]
+    if refused:
+        raise Refused(f"--resume 被拒绝,命令行与{saved_as}不一致: " + "; ".join(refused)
+                      + "。这些设置决定训练轨迹;换设置请用新的 --out,或加 --overwrite 重新开始")
+    return changed
+
+
+def _normal(value: Any) -> Any:
+    """Values as JSON keeps them (tuples become lists, paths strings), so saved and new compare equal."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _show(value: Any) -> str:
+    return "(未设置)" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+class StopSignal:
+    """Context manager: SIGTERM and SIGINT set ``requested`` instead of killing the process.
+
+    The training loop checks ``requested`` after each optimizer step, saves a checkpoint
+    and exits. A second Ctrl-C while waiting restores the default behaviour (hard stop).
+
+    DataLoader workers: a SIGTERM sent to the whole process group (what schedulers do)
+    reaches the workers too, and a torch worker dies on a SIGTERM that does not come from
+    its parent; the main process then fails with "DataLoader worker exited unexpectedly"
+    before it can save. ``iterate(loader)`` starts the workers with SIGTERM and SIGINT
+    blocked and makes them ignore both, so only the main process reacts.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> "StopSignal":
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    install = __enter__  # for a script that installs it once, at the very start
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def iterate(self, loader: Any) -> Iterator:
+        """``iter(loader)`` whose worker processes leave SIGTERM/SIGINT to this (main) process.
+
+        The workers are forked with both signals blocked, so a signal that arrives while
+        they start stays pending; their ``worker_init_fn`` then ignores both (a pending
+        signal that is ignored is discarded) before unblocking. Signals sent to the main
+        process meanwhile are delivered once the workers exist.
+        """
+        if getattr(loader, "num_workers", 0) > 0:
+            loader.worker_init_fn = _WorkerInit(loader.worker_init_fn)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        try:
+            return iter(loader)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class _WorkerInit:
+    """A DataLoader ``worker_init_fn``: ignore SIGTERM/SIGINT, unblock them, then run the original one."""
+
+    def __init__(self, then: Any = None) -> None:
+        self.then = then.then if isinstance(then, _WorkerInit) else then
+
+    def __call__(self, worker_id: int) -> None:
+        for sig in StopSignal.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, StopSignal.SIGNALS)
+        if self.then is not None:
+            self.then(worker_id)
