@@ -1,57 +1,25 @@
 """End-to-end tests of solutions/homework/train_cifar_pro.py: exact resume after SIGKILL, SIGTERM, NaN."""
 import json
+import shutil
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from course_utils.checkpoint import CheckpointManager, load_verified
 from course_utils.monitor import read_metrics
 from course_utils.schedule import lr_at
-from tests.notebook_cells import ROOT
+from tests.pro_runs import TINY, finish, run, start, status, train_losses, train_records, wait_for_step
 
 pytestmark = pytest.mark.slow
-SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
-# 500 training images (COURSE_FAST) / batch 32 -> 15 steps per epoch, 45 steps in all
-ARGS = ["--model", "tiny", "--width", "8", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "3",
-        "--warmup-steps", "5", "--lr", "3e-3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2",
-        "--no-progress"]
+# 15 steps per epoch, 45 steps in all, a checkpoint every 4 steps, 2 DataLoader workers
+ARGS = [*TINY, "--epochs", "3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2"]
 TOTAL = 45
-
-
-def start(out, *extra):
-    return subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *ARGS, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def run(out, *extra, timeout=240):
-    proc = start(out, *extra)
-    output, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, output
-
-
-def wait_for_step(proc, out, step, timeout=180):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        recs = [r for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
-        if recs and recs[-1]["step"] >= step:
-            return recs[-1]["step"]
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before step {step}: {proc.stdout.read()}")
-        time.sleep(0.05)
-    pytest.fail(f"step {step} not reached in {timeout} s")
-
-
-def train_losses(out):
-    return [(r["step"], r["loss"]) for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference")
-    code, output = run(out)
+    code, output = run(out, *ARGS)
     assert code == 0, output
     return out
 
@@ -69,36 +37,38 @@ def test_reference_run_outputs(reference):
     assert [r["epoch"] for r in val] == [0, 1, 2] and {"acc", "acc_ema"} <= set(val[0])
     assert val[-1]["acc"] > 0.15  # learns something in 45 tiny steps
     names = sorted(p.name for p in (reference / "checkpoints").glob("*.pt"))
-    assert "best.pt" in names and len(names) == 3  # last 2 + best
+    assert names == ["best.pt", "last_good.pt", "step_00000044.pt", "step_00000045.pt"]  # last 2 + best + last good
+    assert status(reference)["state"] == "finished" and status(reference)["exit_code"] == 0
 
 
 def test_sigkill_anywhere_then_resume_is_bit_identical(reference, tmp_path):
     out = tmp_path / "killed"
     for kill_after in (7, 22):  # mid-epoch 0 and mid-epoch 1, with 2 DataLoader workers
-        proc = start(out, *(["--resume"] if kill_after != 7 else []))
+        proc = start(out, *ARGS, *(["--resume"] if kill_after != 7 else []))
         wait_for_step(proc, out, kill_after)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    code, output = run(out, "--resume")
+    code, output = run(out, *ARGS, "--resume")
     assert code == 0 and "续训" in output, output
     assert train_losses(out) == train_losses(reference)  # exact float equality, every step exactly once
 
 
-def test_sigterm_saves_and_exits_cleanly(tmp_path):
-    proc = start(tmp_path)
+def test_sigterm_saves_and_exits_as_preempted(tmp_path):
+    proc = start(tmp_path, *ARGS)
     wait_for_step(proc, tmp_path, 9)
     proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "SIGTERM" in output, output
+    code, output = finish(proc, 60)
+    assert code == 75 and "SIGTERM" in output, output
     last = train_losses(tmp_path)[-1][0]
     state = CheckpointManager(tmp_path / "checkpoints").load_latest().state
     assert state["step"] == last, "the final checkpoint covers the last logged step"
+    assert status(tmp_path)["state"] == "preempted" and status(tmp_path)["step"] == last
 
 
 def test_nan_step_is_skipped_and_checkpoints_stay_valid(tmp_path):
-    code, output = run(tmp_path, "--inject-nan-at-step", "6", "--max-steps", "12")
+    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "6", "--max-steps", "12")
     assert code == 0 and "non-finite step" in output, output
-    recs = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    recs = train_records(tmp_path)
     assert recs[5]["step"] == 6 and recs[5]["skipped"] and not any(r["skipped"] for r in recs if r["step"] != 6)
     assert all(r["loss"] == r["loss"] for r in recs[6:]), "no NaN after the skipped step"
     paths = sorted((tmp_path / "checkpoints").glob("*.pt"))
@@ -106,15 +76,16 @@ def test_nan_step_is_skipped_and_checkpoints_stay_valid(tmp_path):
     for path in paths:  # every retained file verifies and holds finite weights
         state = load_verified(path)
         assert all(v.isfinite().all() for v in state["model"].values() if v.is_floating_point()), path.name
+    assert load_verified(tmp_path / "checkpoints" / "last_good.pt")["step"] == 4, "the newest save before the NaN"
 
 
 def test_repeated_nan_stops_with_clear_message(tmp_path):
-    code, output = run(tmp_path, "--inject-nan-at-step", "3", "--max-bad-steps", "1", "--max-steps", "12")
-    assert code == 2 and "停止训练" in output, output
+    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "3", "--max-bad-steps", "1", "--max-steps", "12")
+    assert code == 3 and "停止训练" in output and "还没有健康的检查点" in output, output
+    assert status(tmp_path)["state"] == "stopped_bad_steps"
 
 
-def test_resume_with_changed_model_fails_clearly(reference, tmp_path):
-    import shutil
+def test_resume_with_changed_model_is_refused(reference, tmp_path):
     shutil.copytree(reference, tmp_path / "run")
-    code, output = run(tmp_path / "run", "--resume", "--width", "16")
-    assert code != 0 and "结构不一致" in output and "features.0.weight" in output
+    code, output = run(tmp_path / "run", *ARGS, "--resume", "--width", "16")
+    assert code == 2 and "width 8 → 16" in output, output

@@ -1,0 +1,108 @@
+"""Running solutions/homework/train_cifar_pro.py from the tests (tests/test_train_pro*.py).
+
+Runs are tiny: TinyCNN of width 8 on 10% of the COURSE_FAST data, batch 32 -> 15 steps per
+epoch. Independent runs start side by side (``run_all``); the machine has 2 cores.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from course_utils.monitor import read_metrics
+from tests.notebook_cells import ROOT
+
+SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
+STEPS_PER_EPOCH = 15  # 500 training images (COURSE_FAST, --data-fraction 0.1) // batch 32
+TINY = ["--model", "tiny", "--width", "8", "--data-fraction", "0.1", "--batch-size", "32", "--warmup-steps", "5",
+        "--lr", "3e-3", "--no-progress"]
+
+
+def command(out: Path, *args: str) -> list[str]:
+    return [sys.executable, str(SCRIPT), "--out", str(out), *args]
+
+
+def start(out: Path, *args: str, env: dict | None = None, **popen: Any) -> subprocess.Popen:
+    """Start the script; stdout and stderr together in ``proc.stdout`` (text)."""
+    return subprocess.Popen(command(out, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, **popen)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        pytest.fail(f"the run did not end within {timeout} s:\n{output[-3000:]}")
+    return proc.returncode, output
+
+
+def run(out: Path, *args: str, timeout: float = 300, env: dict | None = None) -> tuple[int, str]:
+    return finish(start(out, *args, env=env), timeout)
+
+
+def run_all(jobs: list[tuple[Path, list[str]]], timeout: float = 300) -> list[tuple[int, str]]:
+    """Start every ``(out, args)`` job at once, then wait for all: (returncode, output) each."""
+    procs = [start(out, *args) for out, args in jobs]
+    return [finish(p, timeout) for p in procs]
+
+
+def train_records(out: Path) -> list[dict]:
+    return [r for r in read_metrics(out / "metrics.jsonl") if r.get("split") == "train"]
+
+
+def train_losses(out: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in train_records(out)]
+
+
+def last_step(out: Path) -> int:
+    records = train_records(out)
+    return records[-1]["step"] if records else 0
+
+
+def wait_for_step(proc: subprocess.Popen, out: Path, step: int, timeout: float = 180) -> int:
+    """Poll ``metrics.jsonl`` until it holds ``step``; the step seen (the run may be further)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = last_step(out)
+        if seen >= step:
+            return seen
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before step {step}: {proc.stdout.read()}")
+        time.sleep(0.02)
+    pytest.fail(f"step {step} not reached in {timeout} s")
+
+
+def status(out: Path) -> dict:
+    return json.loads((out / "status.json").read_text(encoding="utf-8"))
+
+
+def listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder``: relative path -> (size, mtime_ns); to prove nothing changed."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def load_script():
+    """The script as a module (no training: its ``__main__`` blocks do not run)."""
+    spec = importlib.util.spec_from_file_location("train_cifar_pro_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def poisoned_torch(folder: Path) -> dict[str, str]:
+    """An environment in which ``import torch`` fails loudly: a run that imports torch shows it."""
+    fake = folder / "poison" / "torch"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("raise SystemExit('TORCH WAS IMPORTED')\n")
+    return {**os.environ, "PYTHONPATH": str(folder / "poison")}
