@@ -1,13 +1,218 @@
-"""The checks of notebook 02 pass on the solutions and fail on stubs and typical wrong answers."""
+"""The checks of notebook 02 pass on the solutions and fail on stubs and typical wrong answers.
+
+Each wrong answer is a mistake a learner plausibly makes, with a fragment its failure
+message must contain. The checks must fail on every one with their default seed and, in
+the slow sweep, with 50 other seeds.
+"""
 from __future__ import annotations
 
 import pytest
-import torch
 
+from course_tools.checks import CheckFailed
 from course_tools.checks.nb02_grad_clipping import HIDDEN_CANDIDATES, check_clip_audit, check_global_clip
+from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import exercise_pairs, run_source
+from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401 (fixture)
 
 NAME = "02_grad_clipping.ipynb"
+
+# name -> (source of my_clip_grad_norm_, a fragment the failure message must contain)
+WRONG_CLIPS = {
+    # clips each parameter on its own: the direction of the whole gradient changes
+    "per parameter": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    parameters = list(parameters)
+    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
+    for p in parameters:
+        if p.grad is not None:
+            torch.nn.utils.clip_grad_norm_([p], max_norm)
+    return total
+''', "逐个参数"),
+    # returns the norm measured after clipping
+    "returns the post-clip norm": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    parameters = list(parameters)
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
+''', "裁剪后的范数"),
+    # always multiplies by max_norm / norm: small gradients are scaled UP
+    "always rescales": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    for g in grads:
+        g.mul_(max_norm / total)
+    return total
+''', "放大"),
+    # iterates `parameters` twice: the second loop is empty when it is a generator
+    "iterates a generator twice": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.mul_(coef)
+    return total
+''', "生成器"),
+    # g = g * coef rebinds a local name; the gradients are never modified
+    "not in place": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for g in grads:
+            g = g * coef
+    return total
+''', "原地"),
+    # forgets the square root: returns the sum of squares
+    "no square root": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum((g ** 2).sum() for g in grads)
+    coef = max_norm / (total.sqrt() + 1e-6)
+    if coef < 1:
+        for g in grads:
+            g.mul_(coef)
+    return total
+''', "开平方"),
+    # adds the per-parameter norms instead of combining them in quadrature
+    "sum of norms": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum(g.norm() for g in grads)
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for g in grads:
+            g.mul_(coef)
+    return total
+''', "直接相加"),
+    # element-wise clamping, i.e. clip_grad_value_
+    "clamps values": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    for g in grads:
+        g.clamp_(-max_norm, max_norm)
+    return total
+''', "逐元素"),
+    # forgets that some parameters have no gradient
+    "crashes on a missing grad": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters]
+    total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        for g in grads:
+            g.mul_(coef)
+    return total
+''', "AttributeError"),
+    # scales the weights instead of the gradients
+    "scales the parameters": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    parameters = [p for p in parameters if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))
+    coef = max_norm / (total + 1e-6)
+    if coef < 1:
+        with torch.no_grad():
+            for p in parameters:
+                p.mul_(coef)
+    return total
+''', "只修改 .grad"),
+    # returns nothing
+    "returns None": ('''
+import torch
+def my_clip_grad_norm_(parameters, max_norm):
+    torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
+''', "None"),
+    "constant": ("def my_clip_grad_norm_(parameters, max_norm):\n    return 1.0\n", "期望"),
+}
+
+_AUDIT_HEAD = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+def clipping_is_effective(step_fn):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+'''
+_AUDIT_RUN = '''
+    before = [p.detach().clone() for p in model.parameters()]
+    step_fn(model, optimizer, scaler, x, y, max_norm)
+    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
+'''
+
+# name -> (source of clipping_is_effective, a fragment the failure message must contain)
+WRONG_AUDITS = {
+    "always effective": ("def clipping_is_effective(step_fn):\n    return True\n", "判为有效"),
+    "never effective": ("def clipping_is_effective(step_fn):\n    return False\n", "判为无效"),
+    # "not larger than max_norm" also accepts clipping the scaled gradients
+    "upper bound only": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.SGD(model.parameters(), lr=1.0), torch.amp.GradScaler("cpu", enabled=True), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return moved.item() <= max_norm + 1e-3
+''', "不等于"),
+    # a disabled scaler hides the "clip before unscale_" bug
+    "disabled scaler": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.SGD(model.parameters(), lr=1.0), torch.amp.GradScaler("cpu", enabled=False), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return abs(moved.item() - max_norm) <= 1e-3
+''', "enabled=True"),
+    # reads .grad after the step instead of the weight change
+    "reads .grad after the step": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.SGD(model.parameters(), lr=1.0), torch.amp.GradScaler("cpu", enabled=True), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+    step_fn(model, optimizer, scaler, x, y, max_norm)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return False
+    norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    return abs(norm.item() - max_norm) <= 1e-3
+''', "期望"),
+    # Adam: the first update is about lr per element whatever the gradient, so it says nothing about clipping
+    "uses Adam": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.Adam(model.parameters(), lr=1.0), torch.amp.GradScaler("cpu", enabled=True), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return abs(moved.item() - max_norm) <= 1e-3
+''', "SGD"),
+    # the threshold is larger than the gradient norm: clipping never has to act
+    "threshold above the gradient norm": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.SGD(model.parameters(), lr=1.0), torch.amp.GradScaler("cpu", enabled=True), 1e4
+    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return abs(moved.item() - max_norm) <= 1e-3 * max_norm
+''', "期望"),
+    # forgets to divide the weight change by the learning rate
+    "forgets the learning rate": (_AUDIT_HEAD + '''
+    optimizer, scaler, max_norm = torch.optim.SGD(model.parameters(), lr=0.1), torch.amp.GradScaler("cpu", enabled=True), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return abs(moved.item() - max_norm) <= 1e-3
+''', "/ lr"),
+    # momentum plus weight decay: the first update is no longer -lr * grad
+    "weight decay": (_AUDIT_HEAD + '''
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, weight_decay=0.5)
+    scaler, max_norm = torch.amp.GradScaler("cpu", enabled=True), 1.0
+    x, y = torch.randn(16, 8) * 100, torch.randint(0, 4, (16,))
+''' + _AUDIT_RUN + '''
+    return abs(moved.item() - max_norm) <= 1e-3
+''', "权重衰减"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -21,92 +226,58 @@ def test_global_clip_solution_passes_stub_fails(cells, capsys):
     solved, stub = cells[0]
     check_global_clip(run_source(solved)["my_clip_grad_norm_"])
     assert "✅" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="练习尚未完成"):
+    with pytest.raises(CheckFailed, match="练习尚未完成"):
         check_global_clip(run_source(stub)["my_clip_grad_norm_"])
 
 
-def _per_parameter(parameters, max_norm):
-    parameters = list(parameters)
-    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
-    for p in parameters:
-        if p.grad is not None:
-            torch.nn.utils.clip_grad_norm_([p], max_norm)
-    return total
-
-
-def _returns_post_clip(parameters, max_norm):
-    parameters = list(parameters)
-    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
-
-
-def _always_rescales(parameters, max_norm):
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
-    for g in grads:
-        g.mul_(max_norm / total)  # also scales UP gradients below the threshold
-    return total
-
-
-def _iterates_twice(parameters, max_norm):
-    total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters if p.grad is not None]))
-    coef = max_norm / (total + 1e-6)
-    if coef < 1:
-        for p in parameters:  # empty when `parameters` is a generator
-            if p.grad is not None:
-                p.grad.mul_(coef)
-    return total
-
-
-@pytest.mark.parametrize("wrong, message", [
-    (_per_parameter, "逐个参数"), (_returns_post_clip, "裁剪后的范数"), (_always_rescales, "保持不变"),
-    (_iterates_twice, "生成器"), (lambda parameters, max_norm: 1.0, "期望"),
-])
-def test_global_clip_rejects_wrong_answers(wrong, message):
-    with pytest.raises(AssertionError, match=message):
-        check_global_clip(wrong)
+@pytest.mark.parametrize("name", sorted(WRONG_CLIPS))
+def test_global_clip_rejects_wrong_answers(name):
+    source, fragment = WRONG_CLIPS[name]
+    with pytest.raises(CheckFailed) as info:
+        check_global_clip(run_source(source)["my_clip_grad_norm_"])
+    assert fragment in str(info.value), str(info.value)
 
 
 def test_clip_audit_solution_passes_stub_fails(cells, capsys):
     solved, stub = cells[1]
     check_clip_audit(run_source(solved)["clipping_is_effective"])
     assert "✅" in capsys.readouterr().out
-    with pytest.raises(AssertionError, match="练习尚未完成"):
+    with pytest.raises(CheckFailed, match="练习尚未完成"):
         check_clip_audit(run_source(stub)["clipping_is_effective"])
 
 
-def _audit_only_upper_bound(step_fn):
-    # Typical wrong answer: "the update is not larger than max_norm" also accepts clipping the scaled grads.
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    scaler = torch.amp.GradScaler("cpu", enabled=True)
-    before = [p.detach().clone() for p in model.parameters()]
-    step_fn(model, opt, scaler, torch.randn(16, 8) * 100, torch.randint(0, 4, (16,)), 1.0)
-    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
-    return moved.item() <= 1.0 + 1e-3
-
-
-def _audit_without_scaler(step_fn):
-    # Typical wrong answer: a disabled scaler hides the "clip before unscale_" bug.
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    before = [p.detach().clone() for p in model.parameters()]
-    step_fn(model, opt, scaler, torch.randn(16, 8) * 100, torch.randint(0, 4, (16,)), 1.0)
-    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
-    return abs(moved.item() - 1.0) <= 1e-3
-
-
-@pytest.mark.parametrize("wrong", [lambda f: True, lambda f: False, _audit_only_upper_bound, _audit_without_scaler])
-def test_clip_audit_rejects_wrong_answers(wrong):
-    with pytest.raises(AssertionError, match="unscale_|候选"):
-        check_clip_audit(wrong)
+@pytest.mark.parametrize("name", sorted(WRONG_AUDITS))
+def test_clip_audit_rejects_wrong_answers(name):
+    source, fragment = WRONG_AUDITS[name]
+    with pytest.raises(CheckFailed) as info:
+        check_clip_audit(run_source(source)["clipping_is_effective"])
+    assert fragment in str(info.value), str(info.value)
 
 
 def test_hidden_candidates_labels_are_true(cells):
     """The hidden candidates' labels agree with the reference audit, so the check grades fairly."""
-    audit = run_source(cells[0 + 1][0])["clipping_is_effective"]
-    assert [audit(fn) for fn, _, _ in HIDDEN_CANDIDATES] == [truth for _, truth, _ in HIDDEN_CANDIDATES]
-    assert {truth for _, truth, _ in HIDDEN_CANDIDATES} == {True, False}
+    audit = run_source(cells[1][0])["clipping_is_effective"]
+    assert [audit(fn) for fn, *_ in HIDDEN_CANDIDATES] == [truth for _, truth, *_ in HIDDEN_CANDIDATES]
+    assert sum(truth for _, truth, *_ in HIDDEN_CANDIDATES) == 3 and len(HIDDEN_CANDIDATES) == 8
+
+
+def test_demo_cells_never_call_an_exercise():
+    # issue 13 item 5: the A/B/C demo used to call clipping_is_effective
+    assert demo_cells_using_exercises(NAME) == []
+
+
+@pytest.mark.slow
+def test_verdicts_do_not_depend_on_the_seed(cells, workbook_threads):
+    clip_ok = run_source(cells[0][0])["my_clip_grad_norm_"]
+    audit_ok = run_source(cells[1][0])["clipping_is_effective"]
+    clips = {name: run_source(src)["my_clip_grad_norm_"] for name, (src, _) in WRONG_CLIPS.items()}
+    audits = {name: run_source(src)["clipping_is_effective"] for name, (src, _) in WRONG_AUDITS.items()}
+    for seed in SWEEP_SEEDS:
+        check_global_clip(clip_ok, seed=seed)
+        check_clip_audit(audit_ok, seed=seed)
+        for name, fn in clips.items():
+            with pytest.raises(CheckFailed):
+                check_global_clip(fn, seed=seed)
+        for name, fn in audits.items():
+            with pytest.raises(CheckFailed):
+                check_clip_audit(fn, seed=seed)

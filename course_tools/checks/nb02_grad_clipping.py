@@ -1,23 +1,31 @@
 """Checks for notebook 02 (gradient clipping).
 
-``check_global_clip(fn)``: ``fn(parameters, max_norm)`` must clip all gradients by
-their global L2 norm, in place, and return the pre-clip norm, like
-``torch.nn.utils.clip_grad_norm_``.
+``check_global_clip(fn, seed)``: ``fn(parameters, max_norm)`` must clip all gradients
+by their global L2 norm, in place, and return the pre-clip norm, like
+``torch.nn.utils.clip_grad_norm_``. The parameter shapes come from ``seed``; the
+gradients are then rescaled so that each case's global norm is an exact multiple of its
+threshold (three cases clearly above it, one clearly below), so every typical mistake
+fails whatever the seed: per-parameter clipping, the post-clip norm returned, scaling
+up small gradients, iterating a generator twice, a missing square root, ``g = g * c``
+instead of an in-place update, element-wise clamping.
 
-``check_clip_audit(fn)``: ``fn(step_fn)`` must say whether the clipping inside a
+``check_clip_audit(fn, seed)``: ``fn(step_fn)`` must say whether the clipping inside a
 train step ``step_fn(model, optimizer, scaler, x, y, max_norm)`` really limits the
-applied update. It is run on hidden candidate steps, correct and buggy, in a
-shuffled order, so a constant answer cannot pass.
+applied update. It runs on hidden candidate steps, correct and buggy, in an order
+shuffled by ``seed``, with torch's global RNG seeded from ``seed`` before each call,
+so a constant answer cannot pass and an audit that relies on outside RNG state is
+caught by the 50-seed sweep in ``tests/test_nb02_grad_clipping.py``.
 """
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import call_learner, expect, passed
+from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
 from course_utils.clipping import clip_gradients
 
 
@@ -25,15 +33,24 @@ __all__ = ["check_global_clip", "HIDDEN_CANDIDATES", "check_clip_audit"]
 
 
 # ---------------------------------------------------------------- exercise 1
-def _make_params(gen: torch.Generator, n: int, scale: float, with_none: bool) -> list[nn.Parameter]:
+# (number of params, global norm / max_norm, max_norm, one param without grad, pass a generator)
+_CASES = [(4, 3.0, 1.0, False, False), (5, 2.5, 2.0, True, True), (3, 0.3, 5.0, False, False),
+          (6, 10.0, 0.5, True, False)]
+
+
+def _make_params(gen: torch.Generator, n: int, target_norm: float, with_none: bool) -> list[nn.Parameter]:
     params = []
     for i in range(n):
-        shape = tuple(int(s) for s in torch.randint(1, 7, (int(torch.randint(1, 4, (1,), generator=gen)),),
-                                                    generator=gen))
+        ndim = int(torch.randint(1, 4, (1,), generator=gen))
+        shape = tuple(int(s) for s in torch.randint(1, 7, (ndim,), generator=gen))
         p = nn.Parameter(torch.randn(shape, generator=gen))
         if not (with_none and i == 1):
-            p.grad = torch.randn(shape, generator=gen) * scale
+            p.grad = torch.randn(shape, generator=gen)
         params.append(p)
+    grads = [p.grad for p in params if p.grad is not None]
+    total = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+    for g in grads:  # an exact global norm: the case is clearly above or below the threshold
+        g.mul_(target_norm / total)
     return params
 
 
@@ -46,10 +63,6 @@ def _clone(params: list[nn.Parameter]) -> list[nn.Parameter]:
     return out
 
 
-def _grads(params: list[nn.Parameter]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad for p in params]
-
-
 def _same_grads(a: list[nn.Parameter], b: list[nn.Parameter]) -> bool:
     for p, q in zip(a, b):
         if (p.grad is None) != (q.grad is None):
@@ -59,44 +72,78 @@ def _same_grads(a: list[nn.Parameter], b: list[nn.Parameter]) -> bool:
     return True
 
 
-def check_global_clip(fn) -> None:
-    """Compare ``fn`` with ``clip_grad_norm_`` on random parameter lists."""
-    seed = random.randrange(1_000_000)
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-4 * max(1.0, abs(b))
+
+
+def _common_factor(params: list[nn.Parameter], original: list[nn.Parameter]) -> float | None:
+    """The factor c when every gradient equals c times its original, else None."""
+    if [p.grad is None for p in params] != [p.grad is None for p in original]:
+        return None
+    new = torch.cat([p.grad.flatten() for p in params if p.grad is not None])
+    old = torch.cat([p.grad.flatten() for p in original if p.grad is not None])
+    coef = float(new @ old / (old @ old))
+    return coef if torch.allclose(new, coef * old, rtol=1e-4, atol=1e-7) else None
+
+
+def _norm_hint(got: float, params: list[nn.Parameter], max_norm: float, pre: float) -> str:
+    """Name the likely mistake behind a wrong returned norm."""
+    norms = [float(p.grad.norm()) for p in params if p.grad is not None]
+    if _close(got, min(pre, max_norm)):
+        return "这是裁剪后的范数;应返回裁剪前的全局范数"
+    if _close(got, pre ** 2):
+        return "这是平方和,忘了开平方"
+    if _close(got, sum(norms)):
+        return "把各参数的范数直接相加了;全局范数 = 各参数范数平方和再开方"
+    if _close(got, max(norms)):
+        return "这是最大的单个参数范数;全局范数要把所有梯度看成一个向量"
+    return "全局范数 = sqrt(Σ_p ‖g_p‖²),在修改梯度之前算好并返回"
+
+
+def check_global_clip(fn, seed: int = 1234) -> None:
+    """Compare ``fn`` with ``clip_grad_norm_`` on four parameter lists built from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
-    # (number of params, grad scale, max_norm, one param without grad, pass a generator)
-    cases = [(4, 1.0, 1.0, False, False), (5, 0.4, 2.0, True, True), (3, 0.01, 5.0, False, False),
-             (6, 3.0, 0.5, True, False)]
-    for n, scale, max_norm, with_none, as_generator in cases:
-        params = _make_params(gen, n, scale, with_none)
+    for n, ratio, max_norm, with_none, as_generator in _CASES:
+        params = _make_params(gen, n, ratio * max_norm, with_none)
+        original = _clone(params)
         ref = _clone(params)
-        per_param = _clone(params)
         ref_norm = float(torch.nn.utils.clip_grad_norm_(ref, max_norm))
-        post_norm = min(ref_norm, max_norm)
+        per_param = _clone(params)
         for p in per_param:
             if p.grad is not None:
                 torch.nn.utils.clip_grad_norm_([p], max_norm)
         weights = [p.detach().clone() for p in params]
         arg = (p for p in params) if as_generator else params
         out = call_learner(fn, arg, max_norm)
-        expect(out is not None, "返回裁剪前的全局范数", "返回了 None")
+        expect(out is not None, "返回裁剪前的全局范数", "返回了 None", "函数最后 return 裁剪前的范数")
         try:
             got = float(out)
         except (TypeError, ValueError):
-            raise AssertionError(f"期望返回一个数(张量或 float);实际是 {type(out).__name__}") from None
-        below = ref_norm <= max_norm
-        if below:
+            raise CheckFailed("返回一个数(0 维张量或 float)", f"{type(out).__name__}") from None
+        expect(all(torch.equal(w, p.detach()) for w, p in zip(weights, params)), "只修改 .grad",
+               "参数值被改动了", "裁剪只缩放 p.grad,不碰 p 本身")
+        if ref_norm <= max_norm:
             expect(_same_grads(params, ref), f"全局范数 {ref_norm:.4f} 未超过阈值 {max_norm} 时梯度保持不变",
-                   "梯度被改动了(只有超过阈值才缩放)")
+                   "梯度被改动了", "只有范数超过阈值时才缩放;无条件乘 max_norm/范数 会把小梯度放大")
         elif not _same_grads(params, ref):
-            looks_per_param = _same_grads(params, per_param)
-            expect(False, "所有梯度共用一个缩放系数 max_norm / 全局范数",
-                   "看起来是逐个参数裁剪(每个参数各自缩放)" if looks_per_param else "裁剪后的梯度与 clip_grad_norm_ 不一致"
-                   + (";注意 parameters 可能是生成器,只能遍历一次" if as_generator else ""))
-        if not abs(got - ref_norm) <= 1e-4 * max(1.0, ref_norm):
-            hint = "(这是裁剪后的范数,应返回裁剪前的)" if abs(got - post_norm) <= 1e-4 * max(1.0, post_norm) else ""
-            expect(False, f"返回裁剪前的全局范数 {ref_norm:.5f}", f"{got:.5f}{hint}")
-        expect(all(torch.equal(w, p.detach()) for w, p in zip(weights, params)), "只修改 .grad", "参数值被改动了")
-    passed(f"全局范数裁剪与 torch.nn.utils.clip_grad_norm_ 一致(4 组随机参数,含未超阈值的情况;seed={seed})")
+            if _same_grads(params, original):
+                hint = ("parameters 是生成器,只能遍历一次:先 params = list(parameters)" if as_generator
+                        else "梯度没有变:要原地修改(g.mul_(coef)),g = g * coef 只是给变量重新赋值")
+            elif _same_grads(params, per_param):
+                hint = "看起来是逐个参数裁剪(每个参数各自缩放);所有梯度要共用一个系数 max_norm / 全局范数"
+            elif (coef := _common_factor(params, original)) is not None:
+                hint = (f"所有梯度乘了同一个系数 {coef:.4g},方向对了,但系数应为 max_norm / 全局范数 = "
+                        f"{max_norm / ref_norm:.4g}" + ("" if _close(got, ref_norm)
+                                                        else ":" + _norm_hint(got, original, max_norm, ref_norm)))
+            elif all(p.grad is None or float(p.grad.abs().max()) <= max_norm * (1 + 1e-6) for p in params):
+                hint = "看起来是逐元素截断(clip_grad_value_);这里要按全局 L2 范数整体缩放"
+            else:
+                hint = "所有梯度乘同一个系数 max_norm / (全局范数 + 1e-6)"
+            fail("所有梯度共用一个缩放系数 max_norm / 全局范数,与 clip_grad_norm_ 一致",
+                 f"全局范数 {ref_norm:.4f} 超过阈值 {max_norm},裁剪后的梯度与 clip_grad_norm_ 不一致", hint)
+        if not _close(got, ref_norm):
+            fail(f"返回裁剪前的全局范数 {ref_norm:.5f}", f"{got:.5f}", _norm_hint(got, original, max_norm, ref_norm))
+    passed(f"全局范数裁剪与 torch.nn.utils.clip_grad_norm_ 一致(4 组参数,含未超阈值的情况;seed={seed})")
 
 
 # ---------------------------------------------------------------- exercise 2
@@ -173,29 +220,39 @@ def _bug_per_parameter(model, optimizer, scaler, x, y, max_norm):
     scaler.update()
 
 
-HIDDEN_CANDIDATES = [
-    (_correct_manual, True, "unscale_ → clip_grad_norm_ → step"),
-    (_correct_helper, True, "clip_gradients(..., scaler=scaler, optimizer=optimizer)"),
-    (_correct_zero_grad_last, True, "zero_grad 放在最后的正确写法"),
-    (_bug_before_unscale, False, "裁剪放在 unscale_ 之前(裁的是放大后的梯度)"),
-    (_bug_before_backward, False, "裁剪放在 backward 之前"),
-    (_bug_after_step, False, "裁剪放在 step 之后"),
-    (_bug_no_clip, False, "完全没有裁剪"),
-    (_bug_per_parameter, False, "逐个参数裁剪(不是全局范数)"),
+_JUDGED_BAD = ("正确的写法被判为无效:检查你的实验 (1) 梯度范数远大于 max_norm(把输入放大);"
+               "(2) 优化器是无动量、无权重衰减的 SGD;(3) 施加的梯度范数 = 权重变化的范数 / lr")
+_UNDETECTED = "你的实验里梯度范数可能没有超过 max_norm:把输入放大(例如 ×100),让裁剪必须生效"
+
+# (train step, clipping effective?, description, hint when misjudged)
+HIDDEN_CANDIDATES: list[tuple[Callable, bool, str, str]] = [
+    (_correct_manual, True, "unscale_ → clip_grad_norm_ → step", _JUDGED_BAD),
+    (_correct_helper, True, "clip_gradients(..., scaler=scaler, optimizer=optimizer)", _JUDGED_BAD),
+    (_correct_zero_grad_last, True, "zero_grad 放在最后的正确写法",
+     _JUDGED_BAD + ";这个候选在 step 之后才清空梯度,别去读 step 之后的 .grad"),
+    (_bug_before_unscale, False, "裁剪放在 unscale_ 之前(裁的是放大后的梯度)",
+     "施加的更新只有 max_norm / scale:'不超过阈值'不等于'裁剪有效',要求它等于 max_norm;"
+     "并确认你用的 GradScaler 是启用的(enabled=True)"),
+    (_bug_before_backward, False, "裁剪放在 backward 之前", _UNDETECTED),
+    (_bug_after_step, False, "裁剪放在 step 之后",
+     "step 之后 .grad 虽然被裁了,但权重已经按未裁剪的梯度更新:要看权重的变化,而不是 step 之后的 .grad"),
+    (_bug_no_clip, False, "完全没有裁剪", _UNDETECTED),
+    (_bug_per_parameter, False, "逐个参数裁剪(不是全局范数)",
+     "逐个参数裁剪时每个参数都不超过 max_norm,全局范数却更大:要比较所有参数合起来的范数"),
 ]
 
 
-def check_clip_audit(fn) -> None:
-    """Run the learner's audit on the hidden candidates (shuffled) and compare with the truth."""
+def check_clip_audit(fn, seed: int = 1234) -> None:
+    """Run the learner's audit on the hidden candidates (order from ``seed``) and compare with the truth."""
+    rng = random.Random(seed)
     order = list(HIDDEN_CANDIDATES)
-    random.shuffle(order)
-    for step_fn, truth, description in order:
-        torch.manual_seed(random.randrange(1_000_000))  # the audit must not depend on outside RNG state
+    rng.shuffle(order)
+    for step_fn, truth, description, hint in order:
+        torch.manual_seed(rng.randrange(1_000_000))  # an audit that builds no seeded inputs is caught by the sweep
         verdict = call_learner(fn, step_fn)
-        expect(isinstance(verdict, (bool, torch.Tensor)) and not (isinstance(verdict, torch.Tensor)
-                                                                  and verdict.numel() != 1),
-               "返回 True/False", f"{type(verdict).__name__}")
+        expect(isinstance(verdict, bool) or (isinstance(verdict, torch.Tensor) and verdict.numel() == 1),
+               "返回 True/False", f"{type(verdict).__name__}", "返回一个布尔值:裁剪是否真的把施加的更新限制在阈值上")
         verdict = bool(verdict)
-        expect(verdict == truth, f"候选「{description}」判为 {'有效' if truth else '无效'}",
-               f"判为 {'有效' if verdict else '无效'}")
-    passed(f"{len(order)} 个隐藏候选训练步(3 个正确,5 个有错)全部判断正确")
+        expect(verdict == truth, f"候选「{description}」判为{'有效' if truth else '无效'}",
+               f"判为{'有效' if verdict else '无效'}", hint)
+    passed(f"{len(order)} 个隐藏候选训练步(3 个正确,5 个有错)全部判断正确(seed={seed})")
