@@ -313,11 +313,6 @@ class KernelBox:
 
         return KernelSpecManager(kernel_dirs=[str(self.kernels)])
 
-    @property
-    def memory_note(self) -> str:
-        limit = f"{self.limits.memory / GiB:g} GiB"
-        return f"RLIMIT_AS {limit} + cgroup" if self.cgroup else f"RLIMIT_AS {limit}"
-
     def connection_abuse(self) -> bool:
         """True when the kernel has written more than a few sockets' worth into its connection folder."""
         total = 0

@@ -10,7 +10,6 @@ test itself runs only where the sandbox works (it skips, naming the package, els
 from __future__ import annotations
 
 import codecs
-import copy
 import csv
 import hashlib
 import os
