@@ -1,0 +1,170 @@
+"""A scripted learner does the homework as 10_homework.ipynb describes it and passes each check in one round.
+
+Starting from the released notebooks/homework/train_cifar.py in a fresh git repository, the learner
+applies and commits one patch per upgrade (tests/fixtures/homework_learner/0k_*.diff), then runs that
+upgrade's check once, on real training. Each patch implements the sentences quoted below (they must
+be in the notebook) and imports from course_utils only what the notebooks teach.
+
+The same scripts, each with one typical mistake, show that the real-training diagnoses hold: a script
+that does not know the next section's flags, a post-clip norm, a checkpoint without the optimizer, and
+a twin with a fixed label mapping (which the network memorises, as section 4 says).
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+import pytest
+
+from course_tools.checks import CheckFailed
+from course_tools.checks import nb10_homework as homework
+from tests.homework_scripts import HEALTHY, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
+from tests.notebook_cells import ROOT
+
+# What each patch implements, quoted from the upgrade's section (its text and its contract block).
+QUOTES = {
+    1: ["课程里的版本是 `course_utils.repro.set_seed`。在建模型之前调用它",
+        "`course_utils.repro.dump_run_config(args.out, vars(args))` 做的就是这件事。",
+        "| `--out DIR` | 本次运行的目录,不存在就创建;下面的文件都写在里面 |",
+        "| `--max-steps N` | 训练满 N 个优化器步就结束整个训练(连 epoch 循环一起跳出)。",
+        "| `--model {small,tiny}` | 交给 `course_utils.models.build_model(args.model)` |",
+        "| `--data-fraction F` | 训练集和测试集都只用 F 的比例:`course_utils.data.take_fraction(ds, F)`;1.0 表示全部 |",
+        "每个优化器步追加一行 JSON,至少有 `step`(整数,全局步数,第一步是 1)和 `loss`(数字,`loss.item()`)"],
+    2: ["`course_utils.checkpoint` 里的 `training_state` / `CheckpointManager` / `restore_training_state` 是完整实现",
+        "`course_utils.data.make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k)` 让顺序只取决于 `(seed, epoch)`,"
+        "还能从这个 epoch 的第 k 个 batch 开始。",
+        "进度用全局 step 记:`epoch, k = divmod(step, steps_per_epoch)`,其中 "
+        "`steps_per_epoch = course_utils.data.batches_per_epoch(len(train_set), batch_size)`。",
+        "`metrics.jsonl` 边训练边写,每次存检查点之前 `flush()` 一次",
+        "| `--ckpt-every-steps N` | 每 N 个优化器步存一次完整检查点,存在 `DIR` 里(文件名随你) |",
+        "| `--resume` | 从 `DIR` 里最新的检查点继续:step 接着检查点里的编号",
+        "`--resume` 时追加(`\"a\"`)或重新创建都可以"],
+    3: ["在 `backward()` 之后、`optimizer.step()` 之前调用 `torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)`。"
+        "它**返回裁剪前的全局范数**",
+        "同时写一份 TensorBoard(`torch.utils.tensorboard.SummaryWriter(log_dir)` 的 `add_scalar`",
+        "| `--clip MAX_NORM` | 全局梯度范数的裁剪阈值;默认值自己定(例如 1.0),其他检查不传它 |",
+        "`grad_norm`(数字,**裁剪前**的全局范数,即 `clip_grad_norm_` 的返回值 `.item()`)和 `clipped`(布尔值:`grad_norm > MAX_NORM`)"],
+    4: ["从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
+        "最后 loss 接近 0 就以退出码 0 结束,否则打印排查顺序",
+        "它还把这个 batch 的前 8 张图和标签存成 `samples.png`(`course_utils.debug.show_samples`)",
+        "和 `debug_overfit.py` 完全相同,只注入一个标签 bug。",
+        "而且每一步重新打乱:同样的图每一步配上不同的标签",
+        "两个脚本都放在 `notebooks/homework/`(和 `train_cifar.py` 同一个文件夹)",
+        "| `--seed N` | 传给 `set_seed`:它决定取到哪一批数据和初始权重 |",
+        "(参考答案用 Adam、学习率 3e-3)"],
+}
+
+
+def _sections() -> dict[int, str]:
+    """The markdown of each upgrade section (from its heading to its check), contract block included."""
+    cells = nbformat.read(ROOT / "solutions" / "10_homework.ipynb", as_version=4).cells
+    sections: dict[int, str] = {}
+    current = None
+    for cell in cells:
+        m = re.search(r"^## 升级 (\d)", cell.source, flags=re.M) if cell.cell_type == "markdown" else None
+        if m:
+            current = int(m.group(1))
+        elif cell.cell_type == "markdown" and cell.source.startswith("## "):
+            current = None
+        if current is not None and cell.cell_type == "markdown":
+            sections[current] = sections.get(current, "") + "\n" + cell.source
+    return sections
+
+
+def test_the_patches_implement_sentences_of_their_sections():
+    sections = _sections()
+    assert sorted(sections) == [1, 2, 3, 4] and len(PATCHES) == 4
+    for k, quotes in QUOTES.items():
+        for quote in quotes:
+            assert quote in sections[k], f"升级 {k}: the notebook no longer says {quote!r}"
+
+
+def test_the_patches_import_only_taught_course_utils_names():
+    taught = "\n".join(c.source for path in sorted((ROOT / "solutions").glob("*.ipynb"))
+                       for c in nbformat.read(path, as_version=4).cells)
+    for patch in PATCHES:
+        added = "\n".join(line[1:] for line in patch.read_text(encoding="utf-8").splitlines()
+                          if line.startswith("+") and not line.startswith("+++"))
+        for line in added.splitlines():
+            m = re.match(r"from (course_utils\.\w+) import (.+?)(\s+#.*)?$", line.strip())
+            if m:
+                for name in (n.strip() for n in m.group(2).split(",")):
+                    assert name in taught, f"{patch.name}: {m.group(1)}.{name} is not taught in any notebook"
+        assert "course_tools" not in added, f"{patch.name} uses the course machinery"
+
+
+@pytest.fixture(scope="module")
+def learner(tmp_path_factory):
+    """The learner's repository: {upgrade: folder of the scripts right after that upgrade's commit}."""
+    stages = {}
+    for k in range(1, 5):
+        repo = learner_repo(tmp_path_factory.mktemp(f"learner{k}"))
+        for j in range(1, k + 1):
+            folder = apply_upgrade(repo, j)
+        stages[k] = folder
+    for folder in stages.values():
+        ast.parse((folder / TRAIN).read_text(encoding="utf-8"))
+    return stages
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k, check", [(1, "check_config"), (2, "check_resume"), (3, "check_clipping"),
+                                      (4, "check_overfit")])
+def test_each_upgrade_passes_its_check_in_one_round(learner, k, check, capsys):
+    folder = learner[k]
+    args = (folder / HEALTHY, folder / TWIN) if check == "check_overfit" else (folder / TRAIN,)
+    getattr(homework, check)(*args)
+    assert f"✅ 升级 {k}" in capsys.readouterr().out
+
+
+def _mutated(folder, name, old, new, tmp_path):
+    """A copy of the learner's scripts with ``old`` replaced by ``new`` in ``name`` (the typical mistake)."""
+    target = tmp_path / "mistake"
+    target.mkdir()
+    for script in folder.glob("*.py"):
+        text = script.read_text(encoding="utf-8")
+        if script.name == name:
+            assert text.count(old) == 1, f"{name}: {old!r}"
+            text = text.replace(old, new)
+        (target / script.name).write_text(text, encoding="utf-8")
+    return target
+
+
+@pytest.mark.slow
+def test_upgrade1_script_on_the_resume_check_shows_its_argparse_error(learner):
+    with pytest.raises(CheckFailed) as info:
+        homework.check_resume(learner[1] / TRAIN)
+    assert "error: unrecognized arguments: --ckpt-every-steps 10" in info.value.found
+    assert "脚本还不认识 --ckpt-every-steps" in info.value.hint and "metrics.jsonl" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_logging_the_post_clip_norm_gets_the_targeted_hint(learner, tmp_path):
+    folder = _mutated(learner[3], TRAIN,
+                      "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()  # pre-clip norm",
+                      "torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n"
+                      "            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()",
+                      tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        homework.check_clipping(folder / TRAIN)
+    assert "裁剪后的范数" in info.value.hint, info.value
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_the_optimizer_state_is_diagnosed(learner, tmp_path):
+    folder = _mutated(learner[2], TRAIN,
+                      'step = restore_training_state(found.state, model=model, optimizer=optimizer)["step"]',
+                      'model.load_state_dict(found.state["model"])\n        step = found.state["step"]', tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        homework.check_resume(folder / TRAIN)
+    assert "续训后第一步一致" in info.value.hint and "优化器状态" in info.value.hint, info.value
+
+
+@pytest.mark.slow
+def test_a_twin_with_a_fixed_label_mapping_is_memorised_and_rejected(learner, tmp_path):
+    folder = _mutated(learner[4], HEALTHY, "labels = y[torch.randperm(len(y), device=device)] if shuffle_labels else y",
+                      "labels = (y + 1) % 10 if shuffle_labels else y  # a fixed wrong mapping", tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        homework.check_overfit(folder / HEALTHY, folder / TWIN)
+    assert "固定的错误映射" in info.value.hint and float(info.value.found) < 0.5, info.value
