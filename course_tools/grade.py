@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +51,7 @@ from course_tools.grade_kernel import CellResult, clean_text, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
 from course_tools.grade_scan import Flag, scan
 from course_tools.release import AuthoringError, learner_notebook
-from course_tools.sandbox import GiB, Limits, SandboxUnavailable, check_available, readonly_paths, KernelBox
+from course_tools.sandbox import GiB, KernelBox, Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 
 __all__ = ["ROOT", "Options", "Plan", "references", "merge", "make_plan", "grade_item", "grade_all", "main"]
 
@@ -358,7 +357,7 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
                        verbose: bool) -> list[Grade]:
     from tqdm.auto import tqdm
 
-    private = Path(tempfile.mkdtemp(prefix="grade-"))
+    private = private_dir()
     semaphore = asyncio.Semaphore(max(1, options.jobs))
     bar = tqdm(total=len(items), unit="nb", disable=not verbose or not items, file=sys.stderr, dynamic_ncols=True)
     grades: list[Grade] = []

@@ -52,7 +52,7 @@ from pathlib import Path
 from course_tools.quiet import quiet_environ
 
 __all__ = ["GiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
-           "readonly_paths", "kernel_env", "check_available", "Cgroup", "KernelBox"]
+           "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox"]
 
 GiB = 2 ** 30
 MiB = 2 ** 20
@@ -206,6 +206,35 @@ def check_available(limits: Limits = Limits()) -> None:
         raise SandboxUnavailable(problem)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def private_dir() -> Path:
+    """A fresh folder for one grading run's kernel boxes (``grade-<pid>-*`` in the temp folder, mode 0700).
+
+    Folders and empty cgroups left by a grader that was killed (SIGKILL leaves no time to clean
+    up; its kernels die with it) are removed first: same owner, the pid in the name gone.
+    """
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob("grade-*-*"):
+        parts = old.name.split("-")
+        if (parts[1].isdigit() and not _alive(int(parts[1])) and not old.is_symlink() and old.is_dir()
+                and old.stat().st_uid == os.getuid()):
+            shutil.rmtree(old, ignore_errors=True)
+    try:
+        Cgroup.sweep(Path("/proc/self/cgroup").read_text().splitlines())
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix=f"grade-{os.getpid()}-"))
+
+
 @dataclass
 class Cgroup:
     """A child cgroup (v2, or v1 memory + pids) limiting one sandbox's memory and process count."""
@@ -251,6 +280,21 @@ class Cgroup:
         except (OSError, StopIteration, ValueError, IndexError):
             cls(made, []).close()
             return None
+
+    @staticmethod
+    def sweep(lines: list[str]) -> None:
+        """Remove empty cgroups left by a grader that was killed (rmdir fails on a non-empty one)."""
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            for c in (controllers.split(",") if controllers else [""]):
+                parent = Path("/sys/fs/cgroup") / c / path.lstrip("/")
+                for old in parent.glob("course-grade-*-*") if parent.is_dir() else []:
+                    pid = old.name.split("-")[2]
+                    if pid.isdigit() and not _alive(int(pid)):
+                        try:
+                            old.rmdir()
+                        except OSError:
+                            pass
 
     def close(self) -> None:
         for d in reversed(self.dirs):

@@ -12,7 +12,10 @@ import asyncio
 import codecs
 import copy
 import csv
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -417,3 +420,44 @@ def test_bench_grading_runs_both_arms(sandbox_ok, tmp_path):
     result = json.loads(out.read_text())
     assert code == (0 if result["passed"] else 1) and result["all_checks_passed"]
     assert len(result["rounds"]) == 1 and result["sandbox_s"] > 0 and result["plain_s"] > 0
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(f"{pid}: {args[:160]}")
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
+    """SIGKILL the grader mid-cell: its sandboxes die with it (PR_SET_PDEATHSIG); the next run sweeps its folder."""
+    loop = learner_notebook(_ref())
+    _cell(loop, "ex-add").source = "def add(a, b):\n    while True:\n        pass"
+    _write(tmp_path / "class" / "ann", loop)
+    proc = subprocess.Popen([sys.executable, "-m", "course_tools.grade", str(tmp_path / "class"), "--solutions",
+                             str(FIXTURE), "--cell-timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = f"/grade-{proc.pid}-"
+    try:
+        deadline = time.monotonic() + 90
+        while not any("bwrap" in p for p in _processes_mentioning(marker)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_mentioning(marker), "the grader never started a sandbox"
+        time.sleep(1)
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(50):
+        if not _processes_mentioning(marker):
+            break
+        time.sleep(0.1)
+    assert _processes_mentioning(marker) == []
+    left = list(Path(sandbox.tempfile.gettempdir()).glob(f"grade-{proc.pid}-*"))
+    assert left                                   # SIGKILL left the grader no time to clean up
+    sandbox.private_dir().rmdir()
+    assert not any(p.exists() for p in left)
