@@ -47,6 +47,8 @@ TRAIN_CASES = {
     "resume/replays_epoch": ("check_resume", 3, "replays_epoch", {"hint": "第一步就不同"}),
     "resume/resume_adds_max_steps": ("check_resume", 3, "resume_adds_max_steps", {"hint": "--max-steps 是总步数"}),
     "resume/crash": ("check_resume", 3, "crash", {"found": "NameError"}),
+    "resume/resume_crashes": ("check_resume", 3, "resume_crashes",
+                              {"expected": "--resume 续训 正常结束", "found": "KeyError: 'momentum'", "hint": "原子写入"}),
     "clipping/upgrade2-flags": ("check_clipping", 2, None, {"found": "unrecognized arguments: --clip",
                                                             "hint": "脚本还不认识 --clip"}),
     "clipping/post_clip_norm": ("check_clipping", 3, "post_clip_norm", {"hint": "裁剪后的范数"}),

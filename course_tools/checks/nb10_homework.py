@@ -113,6 +113,7 @@ class _Run:
     def __init__(self, script: Path, args: list[str], workdir: Path, name: str, what: str,
                  log_name: str | None = None) -> None:
         self.script, self.what = script, what
+        self.advice = ""  # said before the reproduce command when the script stops with an error
         self.out = workdir / name
         self.log = workdir / f"{log_name or name}.log"
         self.args = ["--out", str(self.out), *args]
@@ -173,7 +174,7 @@ def _early_exit(run: _Run, rc: int, ok: bool = True) -> None:
     elif "error:" in error and "Traceback" not in run.output():
         hint = f"参数的名字、类型或取值与本节末尾的约定不一致。复现: {run.command()}"
     else:
-        hint = f"这是你的脚本自己的报错;在终端里复现: {run.command()}"
+        hint = f"这是你的脚本自己的报错;{run.advice}在终端里复现: {run.command()}"
     fail(expected, f"退出码 {rc}: {error}", hint)
 
 
@@ -343,6 +344,8 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
         before = read_train_records(run.out)
         os.replace(run.out / "metrics.jsonl", run.out / "metrics.before_kill.jsonl")
         resumed = _Run(script, [*common, "--resume"], tmp, "run", "--resume 续训", log_name="resume")
+        resumed.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
+                          "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
         _run_all([resumed], limit=total_steps, resumed=True)
         reference = read_train_records(ref.out)
         expect(os.path.exists(run.out / "metrics.jsonl"), "续训进程也写 metrics.jsonl", "续训后没有这个文件",

@@ -7,8 +7,9 @@ nothing consistent to memorise: the loss stalls near the entropy of the batch's
 label counts (about ln 10 ≈ 2.3 minus a little) and the script exits with code 1.
 
 Contrast: a FIXED wrong mapping (cat<->dog for every sample) is memorised just as
-well as the right labels, so the overfit test passes; only looking at samples.png
-(or a test accuracy far below chance) exposes it.
+well as the right labels, so the overfit test passes; looking at samples.png, or
+per-class accuracy on correctly labelled validation data (the swapped classes score
+near zero there), exposes it.
 
     python solutions/homework/debug_overfit_broken_labels.py --out runs/overfit_broken
 """
