@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from course_tools.checks import CheckFailed
@@ -143,6 +144,13 @@ def test_script_error_reads_argparse_tracebacks_and_plain_output(tmp_path):
     assert error == "KeyError: 'weight'(位置: train_cifar.py 第 61 行 `grad_norm = clip(model)`)" and flags == []
     assert homework._script_error("a\nb\n\nc\n", tmp_path) == ("a | b | c", [])
     assert homework._script_error("", tmp_path) == ("没有任何输出", [])
+
+
+def test_a_failed_check_leaves_no_process_behind(tmp_path):
+    # the guard on --max-steps stops three scripts that would train on for 8000 steps
+    with pytest.raises(CheckFailed, match="在 step 3 结束"):
+        homework.check_config(fake_train(tmp_path, bug="max_steps_inner_loop"))
+    assert psutil.Process().children(recursive=True) == []
 
 
 def test_missing_scripts_are_named(tmp_path):

@@ -122,8 +122,8 @@ class _Run:
 
     def start(self) -> "_Run":
         self._handle = open(self.log, "w", encoding="utf-8")
-        self.proc = subprocess.Popen([sys.executable, str(self.script), *self.args], stdout=self._handle,
-                                     stderr=subprocess.STDOUT, env=_env(), cwd=self.script.parent,
+        self.proc = subprocess.Popen([sys.executable, str(self.script), *self.args], stdin=subprocess.DEVNULL,
+                                     stdout=self._handle, stderr=subprocess.STDOUT, env=_env(), cwd=self.script.parent,
                                      start_new_session=True)
         return self
 
