@@ -1,31 +1,74 @@
 """Checks for 07_single_batch_overfit: writing the overfit loop, and diagnosing training bugs from curves.
 
-``train_with_bug`` holds the bug zoo (the same five training steps the notebook shows);
+``train_with_bug`` holds the bug gallery (the same five training steps the notebook shows);
 ``mystery_functions`` hands the learner three of them under opaque names to practise on.
-``check_diagnose`` draws fresh, shuffled runs each time, so a fixed answer cannot pass.
+
+Both checks are deterministic: ``seed`` fixes every model, batch and case, and the cases are
+chosen so that each typical wrong answer fails on every seed (``tests/test_nb07_*`` keeps the
+wrong answers and sweeps 50 seeds). ``check_diagnose`` uses small MLPs with 3 to 100 classes
+and different label mixes, so no fixed threshold on the loss separates the bugs: the starting
+loss is about ln(classes), re-shuffled labels plateau near the entropy of the batch's labels,
+and the softmax-twice floor is ln(e + C - 1) - 1. Only the shape of the curve and the grad norm
+tell the bugs apart. Its curves are computed once per seed and cached.
+
+Example (in a check cell)::
+
+    from course_tools.checks.nb07_single_batch_overfit import check_diagnose
+    check_diagnose(diagnose)
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import functools
 import math
 import random
+from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from course_tools.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, expect, fail, passed
 from course_utils.clipping import global_grad_norm
-from course_utils.models import build_model
+from course_utils.debug import overfit_one_batch as reference_overfit
 
-__all__ = ["BUGS", "train_with_bug", "mystery_functions", "check_overfit_one_batch", "check_diagnose"]
+__all__ = ["BUGS", "DIAGNOSE_CASES", "Curve", "train_with_bug", "mystery_functions", "diagnose_curves",
+           "check_overfit_one_batch", "check_diagnose"]
 
 
 BUGS = ("healthy", "shuffled_labels", "detached", "wrong_loss", "lr_too_small")
 
+# (bug, batch size, classes, label values drawn in the batch). Chosen against fixed loss thresholds:
+# 3 classes put lr_too_small's flat line (ln 3 = 1.10) inside wrong_loss's range at 10 classes;
+# two label values put the re-shuffled plateau near ln 2 = 0.69, below wrong_loss's floor at 10
+# classes (1.46); 50 classes put wrong_loss's floor (2.87) above every plateau at 10 classes;
+# healthy runs start near ln 100 = 4.6 or ln 10 and end near 0 with a small grad norm.
+DIAGNOSE_CASES = (
+    ("healthy", 32, 10, 10),
+    ("healthy", 16, 100, 100),
+    ("shuffled_labels", 32, 10, 2),
+    ("shuffled_labels", 16, 100, 100),
+    ("detached", 16, 3, 3),
+    ("detached", 32, 50, 50),
+    ("wrong_loss", 32, 50, 50),
+    ("wrong_loss", 16, 3, 3),
+    ("lr_too_small", 16, 3, 3),
+    ("lr_too_small", 32, 50, 50),
+)
+_FEATURES, _HIDDEN, _STEPS = 32, 64, 100
+
 
 def train_with_bug(bug: str, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 100,
                    lr: float = 3e-3, seed: int = 0) -> tuple[list[float], list[float]]:
-    """Overfit ``(x, y)`` with one of ``BUGS`` injected; returns (losses, pre-step grad norms)."""
+    """Overfit ``(x, y)`` with one of ``BUGS`` injected; returns (losses, pre-step grad norms).
+
+    ``shuffled_labels`` draws a new permutation of the labels at every step (``seed`` fixes
+    them): the loss cannot fall. A misalignment fixed once (the same wrong labels every step)
+    is memorised like correct labels; the notebook shows both.
+    """
     if bug not in BUGS:
         raise ValueError(f"未知的 bug {bug!r};可选: {BUGS}")
     g = torch.Generator().manual_seed(seed)
@@ -33,7 +76,7 @@ def train_with_bug(bug: str, model: torch.nn.Module, x: torch.Tensor, y: torch.T
     model.train()
     losses, norms = [], []
     for _ in range(steps):
-        targets = y[torch.randperm(len(y), generator=g)] if bug == "shuffled_labels" else y
+        targets = y[torch.randperm(len(y), generator=g).to(y.device)] if bug == "shuffled_labels" else y
         logits = model(x)
         if bug == "detached":
             logits = logits.detach().requires_grad_()  # backward runs, but never reaches the weights
@@ -46,11 +89,6 @@ def train_with_bug(bug: str, model: torch.nn.Module, x: torch.Tensor, y: torch.T
         optimizer.step()
         losses.append(loss.item())
     return losses, norms
-
-
-def _random_batch(seed: int, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
 def mystery_functions(seed: int = 0) -> dict[str, Callable]:
@@ -68,41 +106,112 @@ def mystery_functions(seed: int = 0) -> dict[str, Callable]:
     return {f"mystery_{name}": make(bug) for name, bug in zip("abc", bugs)}
 
 
-def check_overfit_one_batch(overfit_one_batch: Callable) -> None:
-    """The learner's loop must train the given model in place until the given batch is memorised."""
-    seed = random.randint(0, 10_000)
-    torch.manual_seed(seed)
-    model = build_model("tiny", width=8)
-    x, y = _random_batch(seed + 1)
-    with torch.no_grad():
-        initial = F.cross_entropy(model(x), y).item()
-    steps = 150
-    losses = call_learner(overfit_one_batch, model, x, y, steps=steps, lr=3e-3)
+@contextlib.contextmanager
+def _one_thread():
+    # The check's models are tiny: one thread is fastest, and much steadier on a busy machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _mlp(classes: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(_FEATURES, _HIDDEN), nn.ReLU(), nn.Linear(_HIDDEN, classes))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One hidden training run of ``check_diagnose``."""
+
+    bug: str
+    classes: int
+    losses: tuple[float, ...]
+    norms: tuple[float, ...]
+
+
+@functools.lru_cache(maxsize=64)
+def diagnose_curves(seed: int = 1234) -> tuple[Curve, ...]:
+    """The runs of ``DIAGNOSE_CASES`` for ``seed`` (models, batches and order all fixed by it)."""
+    rng = np.random.default_rng(seed)
+    curves = []
+    with torch.random.fork_rng(devices=[]), _one_thread():  # leave the learner's global RNG alone
+        for bug, n, classes, drawn in DIAGNOSE_CASES:
+            case_seed = int(rng.integers(2**31 - 1))
+            g = torch.Generator().manual_seed(case_seed)
+            x = torch.randn(n, _FEATURES, generator=g)
+            y = torch.randint(0, drawn, (n,), generator=g)
+            torch.manual_seed(case_seed + 1)
+            losses, norms = train_with_bug(bug, _mlp(classes), x, y, steps=_STEPS, seed=case_seed + 2)
+            curves.append(Curve(bug, classes, tuple(losses), tuple(norms)))
+    order = rng.permutation(len(curves))
+    return tuple(curves[i] for i in order)
+
+
+_WHY = {
+    "healthy": "loss 降到接近 0:背下来了;grad norm 随之变小是正常的,不是梯度断了",
+    "shuffled_labels": "最后几十步 loss 一步一跳;它停在哪个高度取决于这批标签的分布,不是一个固定值",
+    "detached": "grad norm 每一步都恰好是 0:梯度没有到达任何参数",
+    "wrong_loss": "loss 平滑地降到一个高于 0 的平台后不再动;平台高度随类别数变化(ln(e+C−1)−1)",
+    "lr_too_small": "grad norm 正常、不为 0,但 loss 相对初始值几乎没降:梯度在,步子太小",
+}
+
+
+def _hint(curve: Curve) -> str:
+    losses = np.asarray(curve.losses)
+    shape = (f"这条曲线: {curve.classes} 类,初始 loss {losses[0]:.2f}(≈ ln {curve.classes} = "
+             f"{math.log(curve.classes):.2f}),最后 10 步平均 {losses[-10:].mean():.3g},grad norm 最大 "
+             f"{max(curve.norms):.3g}。{_WHY[curve.bug]}")
+    if curve.classes != 10:
+        shape += ";别用按 10 类定的 loss 阈值,看相对初始值的下降、尾部的抖动和 grad norm"
+    return shape
+
+
+def check_diagnose(diagnose: Callable, seed: int = 1234) -> None:
+    """``diagnose(losses, grad_norms)`` must name the bug of each hidden run (ten runs, fixed by ``seed``)."""
+    curves = diagnose_curves(seed)
+    for i, curve in enumerate(curves, 1):
+        answer = call_learner(diagnose, list(curve.losses), list(curve.norms))
+        expect(isinstance(answer, str) and answer in BUGS, f"返回 {BUGS} 之一", f"{answer!r}")
+        expect(answer == curve.bug, f"第 {i} 条隐藏的训练曲线诊断为 {curve.bug!r}", f"{answer!r}", _hint(curve))
+    passed(f"{len(curves)} 条隐藏的训练曲线(3 到 100 类,顺序打乱)全部诊断正确")
+
+
+def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> None:
+    """The learner's loop must train the given model in place with Adam(lr) until the batch is memorised.
+
+    The first losses are compared with the reference Adam run from the same initial weights, so a
+    loop that forgets ``zero_grad``, builds a new optimizer each step, ignores ``lr`` or uses
+    another optimizer fails even when it memorises the batch in the end. ``lr`` is not the
+    default, so a hard-coded learning rate is caught as well.
+    """
+    steps, lr, compared = 80, 5e-3, 20
+    with torch.random.fork_rng(devices=[]), _one_thread():
+        torch.manual_seed(seed)
+        model = _mlp(10)
+        g = torch.Generator().manual_seed(seed + 1)
+        x, y = torch.randn(16, _FEATURES, generator=g), torch.randint(0, 10, (16,), generator=g)
+        reference = reference_overfit(copy.deepcopy(model), x, y, steps=compared, lr=lr)
+    with _one_thread():
+        losses = call_learner(overfit_one_batch, model, x, y, steps=steps, lr=lr)
     expect(isinstance(losses, (list, tuple)) and len(losses) == steps, f"返回长度为 {steps} 的 loss 列表",
-           f"{type(losses).__name__} 长度 {len(losses) if hasattr(losses, '__len__') else '?'}")
-    expect(all(isinstance(v, (int, float)) and math.isfinite(v) for v in losses),
-           "列表里是 Python float(用 loss.item())", f"{type(losses[0]).__name__}")
-    expect(math.isclose(losses[0], initial, rel_tol=1e-3), f"第 1 个 loss 是模型在这批数据上的初始 loss {initial:.4f}",
-           f"{losses[0]:.4f}(是不是换了数据,或先更新了一步?)")
+           f"{type(losses).__name__} 长度 {len(losses) if hasattr(losses, '__len__') else '?'}",
+           "循环 range(steps),每步 append 一次")
+    bad = next((v for v in losses if not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           and math.isfinite(v))), None)
+    expect(bad is None, "列表里是有限的 Python float", f"{type(bad).__name__}: {bad!r}",
+           "记录 loss.item(),不是 loss 张量本身")
+    if not math.isclose(losses[0], reference[0], rel_tol=1e-4, abs_tol=1e-6):
+        fail(f"第 1 个 loss 是模型在这批数据上、更新之前的 loss {reference[0]:.4f}", f"{losses[0]:.4f}",
+             "先算 loss 并记录,再 backward 和 step;不要换数据,也不要在更新之后重新算 loss")
+    for k in range(1, compared):
+        if not math.isclose(losses[k], reference[k], rel_tol=1e-3, abs_tol=1e-5):
+            fail(f"和参考的 Adam(lr={lr}) 训练一致:第 {k + 1} 步 loss {reference[k]:.4f}", f"{losses[k]:.4f}",
+                 "每步都 zero_grad(否则梯度累加)、优化器只在循环外建一次、用 torch.optim.Adam 和传入的 lr")
     with torch.no_grad():
         final = F.cross_entropy(model(x), y).item()
-    expect(final < 0.05, "训练后模型在这一个 batch 上的 loss < 0.05(就地训练传入的 model)", f"{final:.4f}")
+    expect(final < 0.05, "训练后传入的 model 在这个 batch 上的 loss < 0.05(就地训练它)", f"{final:.4f}",
+           "训练的必须是传入的 model 本身,不要复制一份或新建模型")
     expect(losses[-1] < 0.1, "返回的最后一个 loss 接近 0", f"{losses[-1]:.4f}")
-    passed(f"{steps} 步把一个 batch 的 loss 从 {losses[0]:.3f} 压到 {losses[-1]:.4f}")
-
-
-def check_diagnose(diagnose: Callable) -> None:
-    """Runs three hidden buggy trainings plus a healthy one, in random order, and asks for each bug's name."""
-    rng = random.Random()
-    bugs = rng.sample([b for b in BUGS if b != "healthy"], 3) + ["healthy"]
-    rng.shuffle(bugs)
-    for i, bug in enumerate(bugs, 1):
-        seed = rng.randint(0, 10_000)
-        torch.manual_seed(seed)
-        model = build_model("tiny", width=8)
-        x, y = _random_batch(seed + 1)
-        losses, norms = train_with_bug(bug, model, x, y, steps=100, seed=seed)
-        answer = call_learner(diagnose, list(losses), list(norms))
-        expect(answer in BUGS, f"返回 {BUGS} 之一", f"{answer!r}")
-        expect(answer == bug, f"第 {i} 个隐藏的训练函数诊断为 {bug!r}", f"{answer!r}")
-    passed(f"{len(bugs)} 条隐藏的训练曲线(随机顺序)全部诊断正确")
+    passed(f"{steps} 步把一个 batch 的 loss 从 {losses[0]:.3f} 压到 {losses[-1]:.4f},前 {compared} 步与参考的 Adam 一致")
