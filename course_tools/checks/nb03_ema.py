@@ -1,11 +1,15 @@
 """Checks for notebook 03 (EMA of weights).
 
-``check_ema_update(fn)``: ``fn(ema_model, model, decay, num_updates)`` updates
+``check_ema_update(fn, seed)``: ``fn(ema_model, model, decay, num_updates)`` updates
 ``ema_model`` in place. Parameters: a plain copy when ``num_updates == 0``, else
 ``ema = decay * ema + (1 - decay) * w``; buffers (BatchNorm statistics): copied
 from ``model``. That is exactly what ``AveragedModel(model,
 multi_avg_fn=get_ema_multi_avg_fn(decay))`` does in current torch, and the check
-compares against it over many training steps of a small model with BatchNorm.
+compares against it over 40 training steps of a small model with BatchNorm, all built
+from ``seed`` (sizes, decay in [0.7, 0.95], data). The decay stays far from 0.5, so the
+swapped-decay answer differs from the right one whatever the seed; the typical mistakes
+(swapped decay, no first copy, buffers ignored or averaged, no in-place update, no
+``torch.no_grad()``, an EMA warm-up, the live model modified) each get their hint.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from course_tools.checks import call_learner, expect, passed
+from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
 
 
 __all__ = ["check_ema_update"]
@@ -27,9 +31,14 @@ def _close(a, b) -> bool:
     return all(torch.allclose(x.float(), y.float(), rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
 
 
-def check_ema_update(fn, steps: int = 40) -> None:
+def _shadow(params: list[torch.Tensor], model: nn.Module, t: int, weight_of_live: float) -> None:
+    """A wrong-answer shadow EMA: copy at t == 0, then lerp towards the live weights by ``weight_of_live``."""
+    for s, p in zip(params, model.parameters()):
+        s.copy_(p.detach()) if t == 0 else s.lerp_(p.detach(), weight_of_live)
+
+
+def check_ema_update(fn, seed: int = 1234, steps: int = 40) -> None:
     """Run ``fn`` next to ``AveragedModel`` for ``steps`` training steps and compare."""
-    seed = random.randrange(1_000_000)
     gen = torch.Generator().manual_seed(seed)
     rnd = random.Random(seed)
     d_in, d_hidden, d_out = rnd.randint(3, 8), rnd.randint(4, 12), rnd.randint(2, 5)
@@ -38,7 +47,10 @@ def check_ema_update(fn, steps: int = 40) -> None:
     model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.BatchNorm1d(d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
     ema_model = copy.deepcopy(model)
     reference = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))
-    swapped = [p.detach().clone() for p in model.parameters()]  # the "swapped beta" answer, for the hint
+    # shadows of two typical wrong answers, to name them in the hint
+    swapped = [p.detach().clone() for p in model.parameters()]
+    warmed = [p.detach().clone() for p in model.parameters()]
+    buffer_ema = [b.detach().clone().float() for b in model.buffers()]
     opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.5)
     for t in range(steps):
         x = torch.randn(16, d_in, generator=gen) + 0.5
@@ -48,23 +60,45 @@ def check_ema_update(fn, steps: int = 40) -> None:
         F.cross_entropy(model(x), y).backward()
         opt.step()
         live = [p.detach().clone() for p in model.state_dict().values()]
-        call_learner(fn, ema_model, model, decay, t)
+        before = [p.detach().clone() for p in ema_model.parameters()]
+        try:
+            call_learner(fn, ema_model, model, decay, t)
+        except CheckFailed as exc:
+            if "requires grad" in exc.found and "in-place" in exc.found:
+                raise CheckFailed(exc.expected, exc.found, "在 with torch.no_grad(): 里原地修改 ema_model 的参数") from None
+            raise
         reference.update_parameters(model)
         with torch.no_grad():
-            for s, p in zip(swapped, model.parameters()):
-                s.copy_(p) if t == 0 else s.mul_(1 - decay).add_(p.detach(), alpha=decay)
-        expect(_close(live, list(model.state_dict().values())), "只修改 ema_model", "model 本身被改动了")
+            _shadow(swapped, model, t, decay)
+            _shadow(warmed, model, t, 1 - min(decay, (1 + t) / (10 + t)))
+            for s, b in zip(buffer_ema, model.buffers()):
+                s.copy_(b) if t == 0 else s.lerp_(b.float(), 1 - decay)
+        expect(_close(live, list(model.state_dict().values())), "只修改 ema_model", "model 本身被改动了",
+               "copy_ / lerp_ / mul_ 要作用在 ema_model 的参数上,model 只读")
         got = [p.detach() for p in ema_model.parameters()]
         ref = [p.detach() for p in reference.module.parameters()]
-        if t == 0:
-            expect(_close(got, ref), "第一次更新(num_updates=0)把 model 的参数直接复制过去",
-                   "第一次更新后 ema_model 的参数与 model 不同")
         if not _close(got, ref):
-            hint = "(看起来把 decay 和 1-decay 对调了: decay 应乘在旧的 EMA 上)" if _close(got, swapped) else ""
-            expect(False, f"第 {t} 次更新后参数等于 decay·ema + (1-decay)·w(decay={decay:.3f})",
-                   f"与 AveragedModel 不一致{hint}")
+            unchanged = _close(got, before)
+            if t == 0:
+                hint = ("ema_model 没有变化:要原地修改(e.copy_(p)),给循环变量重新赋值不会改动模型" if unchanged
+                        else "num_updates == 0 时直接 e.copy_(p),不做平均")
+                fail("第一次更新(num_updates=0)把 model 的参数直接复制过去",
+                     "第一次更新后 ema_model 的参数与 model 不同", hint)
+            if unchanged:
+                hint = "ema_model 没有变化:要原地修改(e.mul_(...).add_(...) 或 e.lerp_(...)),e = ... 只是给变量重新赋值"
+            elif _close(got, swapped):
+                hint = "把 decay 和 1-decay 对调了:decay 应乘在旧的 EMA 上"
+            elif _close(got, warmed):
+                hint = "不要加 EMA 衰减率渐升:本练习要求与 AveragedModel 一致,每步都用 decay"
+            else:
+                hint = "ema = decay · ema + (1 - decay) · w,decay 乘在旧的 EMA 上"
+            fail(f"第 {t} 次更新后参数等于 decay·ema + (1-decay)·w(decay={decay:.3f})", "与 AveragedModel 不一致", hint)
         got_b = list(ema_model.buffers())
-        ref_b = list(reference.module.buffers())
-        expect(_close(got_b, ref_b), "缓冲区(BatchNorm 的 running_mean/var 等)直接从 model 复制",
-               f"第 {t} 次更新后缓冲区与 model 不一致")
+        if not _close(got_b, list(reference.module.buffers())):
+            floats = [(g, s) for g, s in zip(got_b, buffer_ema) if g.is_floating_point()]
+            averaged = t > 0 and all(torch.allclose(g.float(), s, rtol=1e-4, atol=1e-5) for g, s in floats)
+            fail("缓冲区(BatchNorm 的 running_mean/var 等)直接从 model 复制",
+                 f"第 {t} 次更新后缓冲区与 model 不一致",
+                 "缓冲区不做平均,每次都从 model 复制" if averaged
+                 else "参数之外还要遍历 zip(ema_model.buffers(), model.buffers()) 并 copy_")
     passed(f"{steps} 步训练中与 AveragedModel + get_ema_multi_avg_fn 一致(decay={decay:.3f},seed={seed})")
