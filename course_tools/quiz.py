@@ -4,16 +4,19 @@ A :class:`Question` is single choice, multiple choice, a number (with a relative
 tolerance) or a short text answer (keyword groups: every group needs one hit).
 :class:`Quiz` shows the questions three ways:
 
-- ``quiz.show()``: one widget per question (choices or a text box, a 检查 button,
-  feedback, and a 参考答案 button). Where widgets do not render (GitHub, nbconvert,
-  a plain console) the same output carries the plain-text version of the questions.
+- ``quiz.show()``: per question, the plain text (printed, so it stays in the saved
+  notebook and shows everywhere: GitHub, nbconvert, a console), then an answer bar
+  (ipywidgets: the choices by letter or a text box, a 检查 button, a 参考答案 button
+  and a feedback line).
 - ``quiz.text()``: the questions as plain text.
 - ``quiz.grade(answers)``: grade a dict ``{question id: answer}`` written in a code
   cell; prints one ✅/❌ line per question without giving the answers away.
   ``quiz.reveal("q3")`` prints a reference answer.
 
 Widget state is not saved in the notebook, so anything graded automatically (nbval,
-the instructor grader) must go through plain code cells, never the widgets.
+the instructor grader) must go through plain code cells, never the widgets. A reopened
+notebook shows "Error displaying widget: model not found" where an answer bar was, under
+the question's text: running the cell again brings the bar back (say so to learners).
 
 Example::
 
@@ -74,6 +77,8 @@ def _letters(value: Any) -> set[str]:
         return set()
     if isinstance(value, str):
         return {ch.upper() for ch in value if ch.isalpha()}
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        return {str(value).strip().upper()}   # a number for a letter question: an unknown option, not a crash
     return {str(v).strip().upper() for v in value if str(v).strip()}
 
 
@@ -176,19 +181,27 @@ class Quiz:
         return text
 
     # -- widgets ----------------------------------------------------------------
-    def question_widget(self, q: Question, number: int | None = None):
-        """One question as a VBox: prompt, input, 检查 / 参考答案 buttons, feedback line."""
+    def question_widget(self, q: Question, number: int | None = None, compact: bool = False):
+        """One question as a VBox: prompt, input, 检查 / 参考答案 buttons, feedback line.
+
+        ``compact=True`` is the answer bar ``show`` puts under the printed question: no prompt,
+        and the choices by letter only (their text is printed just above).
+        """
         import ipywidgets as w
 
         prompt = w.HTML(f"<b>{number}. </b>" * (number is not None) + html.escape(q.prompt))
-        if q.kind == "single":
+        if q.kind == "single" and compact:
+            entry = w.ToggleButtons(options=[(k, k) for k in q.choices], value=None,
+                                    style={"button_width": "3em"})
+            read = lambda: entry.value  # noqa: E731
+        elif q.kind == "single":
             entry = w.RadioButtons(options=[(f"{k}. {v}", k) for k, v in q.choices.items()], value=None,
                                    layout=w.Layout(width="auto"))
             read = lambda: entry.value  # noqa: E731
         elif q.kind == "multi":
-            boxes = [w.Checkbox(value=False, description=f"{k}. {v}", indent=False,
-                                layout=w.Layout(width="auto")) for k, v in q.choices.items()]
-            entry = w.VBox(boxes)
+            boxes = [w.Checkbox(value=False, description=k if compact else f"{k}. {v}", indent=False,
+                                layout=w.Layout(width="4em" if compact else "auto")) for k, v in q.choices.items()]
+            entry = w.HBox(boxes) if compact else w.VBox(boxes)
             read = lambda: [k for k, b in zip(q.choices, boxes) if b.value]  # noqa: E731
         else:
             entry = w.Text(placeholder="数字" if q.kind == "number" else "一两句话")
@@ -208,7 +221,7 @@ class Quiz:
 
         check_button.on_click(on_check)
         reveal_button.on_click(on_reveal)
-        box = w.VBox([prompt, entry, w.HBox([check_button, reveal_button]), feedback])
+        box = w.VBox(([] if compact else [prompt]) + [entry, w.HBox([check_button, reveal_button]), feedback])
         box._quiz_parts = {"entry": entry, "check": check_button, "reveal": reveal_button, "feedback": feedback,
                            "read": read}
         return box
@@ -227,15 +240,24 @@ class Quiz:
         return w.VBox([self.question_widget(q, self.questions.index(q) + 1) for q in qs])
 
     def show(self, ids: Iterable[str] | str | None = None) -> None:
-        """Display the widgets, with the plain-text questions as the fallback representation."""
+        """Print each question's text, then display its answer bar (only the text without ipywidgets).
+
+        The text is ordinary output: it stays in the saved notebook. The bar lives in the running
+        kernel only; after reopening, the front end shows "Error displaying widget: model not
+        found" in its place until the cell runs again.
+        """
         from IPython.display import display
 
-        try:
-            view = self.widget(ids)
-        except ImportError:
-            print(self.text(ids))
-            return
-        display(_WithTextFallback(view, self.text(ids)), raw=False)
+        for q in self.select(ids):
+            print(self.text(q.id))
+            try:
+                bar = self.question_widget(q, self.questions.index(q) + 1, compact=True)
+            except ImportError:
+                continue
+            display(_WithTextFallback(bar, _NO_WIDGETS), raw=False)
+
+
+_NO_WIDGETS = "(这里是作答栏;看不到按钮时,在练习 1 里用纯文本作答)"
 
 
 class _WithTextFallback:
@@ -248,6 +270,9 @@ class _WithTextFallback:
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
         bundle["text/plain"] = self.text
         return bundle
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def parse_answers(text: str) -> dict[str, str]:

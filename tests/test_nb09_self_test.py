@@ -1,11 +1,23 @@
-"""09_self_test: every exercise check passes on the solution, fails on the stub and on typical wrong answers."""
+"""09_self_test: every exercise check passes on the solution, fails on the stub and on typical wrong answers;
+no hint or check message gives a graded answer away; running the notebook does not answer the quiz before
+the learner has tried.
+
+Each wrong answer is a mistake a learner plausibly makes (the comment says which); the checks must fail
+on every one with their default seed, and (slow sweep) with 50 other seeds too.
+"""
 from __future__ import annotations
 
+import ast
+import math
+import re
+
+import nbformat
 import pytest
 
+from course_tools.checks import CheckFailed
 from course_tools.checks import nb09_quiz as checks
 from course_tools.quiz import check
-from tests.notebook_cells import exercise_pairs, run_source
+from tests.notebook_cells import ROOT, exercise_pairs, run_source
 
 NAME = "09_self_test.ipynb"
 
@@ -15,6 +27,13 @@ def pairs():
     """(solution, stub) sources of each exercise; read when a test runs, so a broken notebook fails tests
     instead of breaking collection."""
     return exercise_pairs(NAME)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return nbformat.read(ROOT / "solutions" / NAME, as_version=4)
+
+
 CHECKS = [("self_test_answers", checks.check_self_test_answers),
           ("estimate_hours", checks.check_estimate_hours),
           ("ema_start_weight", checks.check_ema_start_weight)]
@@ -34,7 +53,7 @@ def test_check_passes_on_solution(pairs, k, capsys):
 @pytest.mark.parametrize("k", range(len(CHECKS)))
 def test_check_fails_on_stub(pairs, k):
     name, check_fn = CHECKS[k]
-    with pytest.raises(AssertionError, match="练习尚未完成"):
+    with pytest.raises(CheckFailed, match="练习尚未完成"):
         check_fn(run_source(pairs[k][1])[name])
 
 
@@ -42,24 +61,51 @@ def _solution_answers(pairs):
     return run_source(pairs[0][0])["self_test_answers"]()
 
 
-@pytest.mark.parametrize("qid, wrong", [("q3", "A"),        # "bf16 has more mantissa bits": it has fewer
-                                        ("q4", "AC"),       # forgot update()
-                                        ("q7", "ABE"),      # too many
-                                        ("q10", 0.8),       # 1 - 200 * 0.001: the linear approximation
-                                        ("q11", 4.2)])      # samples/s taken as steps/s
+# (question, wrong answer): each a distractor a learner plausibly picks
+WRONG_ANSWERS = [
+    ("q1", "A"),       # "everything is bf16, memory halves": master weights are fp32
+    ("q1", "C"),       # bf16 master weights
+    ("q2", "A"),       # "fp32 is faster"
+    ("q3", "A"),       # "bf16 has more mantissa bits": it has fewer
+    ("q3", "C"),       # "autocast scales the loss in bf16"
+    ("q4", "AC"),      # forgot update()
+    ("q4", "ABCD"),    # "it also scales activations"
+    ("q5", "AB"),      # forgot the RNG and data order
+    ("q5", "ABCD"),    # "the weights are lost"
+    ("q6", "A"),       # "the model is too small"
+    ("q7", "ABE"),     # too many
+    ("q7", "A"),       # only the cut chain
+    ("q8", "A"),       # "buy a bigger GPU"
+    ("q9", "A"),       # element-wise clipping to [-1, 1]
+    ("q9", "D"),       # "5.0 means clipping failed"
+    ("q10", 0.8),      # 1 - 200 * 0.001: the linear approximation
+    ("q10", 0.18),     # the share of the new weights instead
+    ("q10", 82),       # a percentage instead of a fraction
+    ("q11", 4.2),      # samples/s taken as steps/s
+    ("q11", 60_000),   # seconds instead of hours
+]
+
+
+@pytest.mark.parametrize("qid, wrong", WRONG_ANSWERS, ids=[f"{q}={a}" for q, a in WRONG_ANSWERS])
 def test_answers_check_rejects_typical_mistakes(pairs, qid, wrong):
     answers = dict(_solution_answers(pairs), **{qid: wrong})
-    with pytest.raises(AssertionError, match=f"答错 {qid}"):
+    with pytest.raises(CheckFailed, match=f"答错 {qid}"):
         checks.check_self_test_answers(lambda: answers)
 
 
-def test_answers_check_rejects_missing_and_non_dict(pairs):
-    answers = _solution_answers(pairs)
-    answers.pop("q5")
-    with pytest.raises(AssertionError, match="未作答 q5"):
-        checks.check_self_test_answers(lambda: answers)
-    with pytest.raises(AssertionError, match="dict"):
+def test_answers_check_rejects_missing_empty_and_non_dict(pairs):
+    for qid, empty in (("q5", None), ("q2", ""), ("q3", "   "), ("q4", ...)):
+        answers = _solution_answers(pairs)
+        if empty is None:
+            answers.pop(qid)
+        else:
+            answers[qid] = empty
+        with pytest.raises(CheckFailed, match=f"未作答 {qid}"):
+            checks.check_self_test_answers(lambda: answers)
+    with pytest.raises(CheckFailed, match="dict"):
         checks.check_self_test_answers(lambda: ["B"] * 11)
+    with pytest.raises(CheckFailed, match="dict"):
+        checks.check_self_test_answers(lambda: None)   # forgot the return
 
 
 def test_solution_answers_match_the_bank(pairs):
@@ -68,23 +114,208 @@ def test_solution_answers_match_the_bank(pairs):
     assert all(check(checks.QUIZ.by_id[q], a).correct for q, a in answers.items())
 
 
-def test_estimate_check_rejects_unit_trap_and_constant():
-    def ignores_unit(n, epochs, batch, rate, unit):
-        return n * epochs / (batch * rate * 3600)      # treats samples/s as steps/s
-    with pytest.raises(AssertionError, match="期望"):
-        checks.check_estimate_hours(ignores_unit)
-    with pytest.raises(AssertionError, match="期望"):
-        checks.check_estimate_hours(lambda *a: 4.2)
-
-    def minutes(n, epochs, batch, rate, unit):
-        steps = rate if unit == "steps/s" else rate / batch
-        return n * epochs / (batch * steps * 60)
-    with pytest.raises(AssertionError):
-        checks.check_estimate_hours(minutes)
+def test_answer_exercise_returns_a_plain_literal(pairs):
+    # The instructor grader reads the returned dict as a literal, outside the kernel.
+    tree = ast.parse(pairs[0][0])
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "self_test_answers")
+    body = [n for n in fn.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    assert len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Dict)
+    assert ast.literal_eval(body[0].value) == _solution_answers(pairs)
 
 
-def test_ema_check_rejects_linear_approximation_and_complement():
-    with pytest.raises(AssertionError, match="期望"):
-        checks.check_ema_start_weight(lambda d, n: max(0.0, 1 - n * (1 - d)))
-    with pytest.raises(AssertionError, match="期望"):
-        checks.check_ema_start_weight(lambda d, n: 1 - d ** n)   # the share of the new weights instead
+# --- no hint and no message gives a graded answer away --------------------------------------------------------
+
+def _literals(text: str) -> list:
+    """Every value a learner could copy from ``text``: quoted strings, bare letter groups and numbers."""
+    values: list = re.findall(r"[\"“']([^\"”']{1,12})[\"”']", text)
+    values += re.findall(r"(?<![A-Za-z])([A-E]{1,5})(?![A-Za-z])", text)
+    values += [float(v) for v in re.findall(r"\d+(?:\.\d+)?", text)]
+    return values
+
+
+def _graded_hits(text: str) -> list[tuple[str, object]]:
+    hits = [(qid, value) for value in _literals(text) for qid in checks.GRADED_IDS
+            if check(checks.QUIZ.by_id[qid], value).correct]
+    hits += [(qid, value) for qid, value in re.findall(r"[\"“']?(q\d+)[\"”']?\s*[::]\s*([^,,}\s]+)", text)
+             if qid in checks.QUIZ.by_id and check(checks.QUIZ.by_id[qid], value.strip("\"'“”")).correct]
+    return hits
+
+
+def _stub_hints(pairs) -> list[str]:
+    hints = []
+    for _, stub in pairs:
+        for node in ast.walk(ast.parse(stub)):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                hints.append(node.exc.args[0].value)
+    assert len(hints) == len(pairs)
+    return hints
+
+
+def test_the_old_leaking_hint_would_be_caught():
+    # the hint that scored 3/3 as it stood (issue 13, item 3)
+    assert len(_graded_hits('返回一个 dict,例如 {"q1": "B", "q4": "ACD", "q10": 0.82, ...}')) >= 3
+
+
+def test_stub_hints_contain_no_graded_answer(pairs):
+    for hint in _stub_hints(pairs):
+        assert not _graded_hits(hint), (hint, _graded_hits(hint))
+
+
+def test_stub_hints_contain_no_line_of_the_solutions(pairs):
+    hints = "".join(_stub_hints(pairs)).replace(" ", "")
+    for solution, _ in pairs:
+        body = solution.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].splitlines()[1:]
+        for line in body:
+            code = line.split("#")[0].strip().replace(" ", "")
+            if len(code) > 8:
+                assert code not in hints, f"a stub hint gives away {line.strip()!r}"
+
+
+def test_the_functions_the_hints_suggest_do_not_pass(pairs):
+    # a constant copied from a hint never passes a function exercise
+    for hint, (name, check_fn) in zip(_stub_hints(pairs)[1:], CHECKS[1:]):
+        for value in [v for v in _literals(hint) if isinstance(v, float)]:
+            with pytest.raises(CheckFailed):
+                check_fn(lambda *args, v=value: v)
+
+
+def test_check_messages_contain_no_graded_answer(pairs):
+    solution = _solution_answers(pairs)
+    attempts = [lambda: ["B"] * 11, lambda: {}, lambda: {q: "E" for q in checks.GRADED_IDS},
+                lambda: dict(solution, q1="A", q10=0.8, q11=4.2)]
+    for attempt in attempts:
+        with pytest.raises(CheckFailed) as info:
+            checks.check_self_test_answers(attempt)
+        shown = f"{info.value.expected} {info.value.found} {info.value.hint}"
+        assert not _graded_hits(shown), (shown, _graded_hits(shown))
+
+
+# --- the other two exercises ----------------------------------------------------------------------------------
+
+WRONG_ESTIMATE = {
+    # samples/s used as if it were steps/s
+    "ignores the unit": (lambda n, e, b, r, u: n * e / (b * r * 3600), "samples/s 当成了 steps/s"),
+    # divides by the batch size for steps/s too
+    "always divides by batch": (lambda n, e, b, r, u: n * e / (b * (r / b) * 3600), "steps/s 当成了 samples/s"),
+    # the constant from the chapter
+    "constant": (lambda *a: 4.2, None),
+    # minutes or seconds instead of hours
+    "minutes": (lambda n, e, b, r, u: n * e / (b * (r if u == "steps/s" else r / b) * 60), "分钟"),
+    "seconds": (lambda n, e, b, r, u: n * e / (b * (r if u == "steps/s" else r / b)), "秒"),
+    # the unit compared with a different spelling ("samples/sec"), so every rate counts as steps/s
+    "unit misspelt": (lambda n, e, b, r, u: n * e / (b * (r / b if u == "samples/sec" else r) * 3600), "samples/s"),
+    # formatted for printing
+    "string": (lambda n, e, b, r, u: f"{n * e / (b * (r if u == 'steps/s' else r / b) * 3600):.2f} h", "返回一个数"),
+    # forgot the return
+    "none": (lambda *a: None, "返回一个数"),
+}
+
+WRONG_EMA = {
+    # 1 - steps * (1 - decay): the linear approximation
+    "linear approximation": (lambda d, n: max(0.0, 1 - n * (1 - d)), "线性近似"),
+    # the share of the new weights
+    "complement": (lambda d, n: 1 - d ** n, "新权重"),
+    # one update too many or too few
+    "exponent off by one": (lambda d, n: d ** (n + 1), "差了一次"),
+    "exponent one short": (lambda d, n: d ** max(n - 1, 0), None),
+    # (1 - decay) ** steps: the weight of one new step, raised
+    "wrong base": (lambda d, n: (1 - d) ** n, None),
+    # a string
+    "string": (lambda d, n: f"{d ** n:.3f}", "返回一个数"),
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG_ESTIMATE))
+def test_estimate_check_rejects_typical_mistakes(name):
+    fn, fragment = WRONG_ESTIMATE[name]
+    with pytest.raises(CheckFailed) as info:
+        checks.check_estimate_hours(fn)
+    if fragment:
+        assert fragment in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("name", list(WRONG_EMA))
+def test_ema_check_rejects_typical_mistakes(name):
+    fn, fragment = WRONG_EMA[name]
+    with pytest.raises(CheckFailed) as info:
+        checks.check_ema_start_weight(fn)
+    if fragment:
+        assert fragment in str(info.value), str(info.value)
+
+
+@pytest.mark.slow
+def test_verdicts_do_not_depend_on_the_seed(pairs):
+    estimate = run_source(pairs[1][0])["estimate_hours"]
+    ema = run_source(pairs[2][0])["ema_start_weight"]
+    for seed in range(1, 51):
+        checks.check_estimate_hours(estimate, seed=seed)
+        checks.check_ema_start_weight(ema, seed=seed)
+        for fn, _ in WRONG_ESTIMATE.values():
+            with pytest.raises(CheckFailed):
+                checks.check_estimate_hours(fn, seed=seed)
+        for fn, _ in WRONG_EMA.values():
+            with pytest.raises(CheckFailed):
+                checks.check_ema_start_weight(fn, seed=seed)
+
+
+# --- running the notebook does not answer the quiz before the learner tries -----------------------------------
+
+def _index(nb, cell_id):
+    return next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
+
+
+def test_questions_come_before_the_graded_answers_and_experiments_after(solved):
+    answers_check = _index(solved, "nb09-check-answers")
+    code_before = [c for c in solved.cells[:answers_check] if c.cell_type == "code"]
+    setup, rest = code_before[0], code_before[1:]
+    assert "QUIZ" in setup.source and "show" not in setup.source
+    shown = []
+    for cell in rest:
+        if "exercise" in cell.metadata.get("tags", []):
+            continue
+        calls = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        assert all(re.fullmatch(r'QUIZ\.show\("q\d+"\)', ln) for ln in calls), cell.source
+        shown += re.findall(r'"(q\d+)"', cell.source)
+    assert shown == [q.id for q in checks.QUIZ.questions]
+    for cell in solved.cells[:answers_check]:
+        assert "QUIZ.reveal(" not in cell.source or cell.cell_type == "markdown"
+    # every graded question has its experiment, after the graded answers
+    for k in range(1, 12):
+        where = [i for i, c in enumerate(solved.cells)
+                 if c.cell_type == "markdown" and re.search(rf"### 实验 \d+\(第 ([\d、]*\b{k}\b[\d、]*) 题\)", c.source)]
+        assert where and min(where) > answers_check, f"q{k}: no experiment after the graded answers"
+    # nothing computed before the answers check: only question texts and answer bars are shown there
+    for cell in solved.cells[:answers_check]:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") or out.get("data", {}).get("text/plain", "")
+            assert "->" not in text and "torch.float" not in text, text[:200]
+
+
+def test_reopening_and_run_all_are_explained(solved):
+    intro = solved.cells[0].source
+    assert "model not found" in intro and "重新运行" in intro
+    assert "Run All" in intro and "Run Selected Cell and All Below" in intro
+
+
+def test_question_cells_print_the_question_text(solved):
+    # the text stays in the saved notebook, so a reopened notebook still shows every question
+    for q in checks.QUIZ.questions:
+        cell = next(c for c in solved.cells if c.cell_type == "code" and c.source.strip() == f'QUIZ.show("{q.id}")')
+        printed = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        assert printed.startswith(f"[{q.id}] {q.prompt}"), printed[:120]
+
+
+def test_ema_warmup_decays_shown_are_the_ones_used(solved):
+    from course_utils.ema import EMA
+    from torch import nn
+    cell = next(c for c in solved.cells if c.cell_type == "code" and "warmup=True" in c.source)
+    shown = re.search(r"use decays \[([^\]]*)\]", "".join(o.get("text", "") for o in cell.outputs)).group(1)
+    model = nn.Linear(1, 1)
+    ema = EMA(model, decay=0.999, warmup=True)
+    used = []
+    for update in range(5):
+        if update > 0:           # the first update copies the weights: no decay is used
+            used.append(round(ema.current_decay(), 3))
+        ema.update(model)
+    assert [float(v) for v in shown.split(",")] == used
+    assert not math.isclose(used[0], 0.1)

@@ -84,3 +84,32 @@ def test_show_bundle_has_widget_and_text_fallback():
     bundle = _WithTextFallback(quiz.widget("a"), quiz.text("a"))._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"].startswith("[a] single?")
+
+
+def test_show_prints_each_question_then_its_answer_bar(capsys):
+    # Outside a notebook display() prints the bar's text fallback; in Jupyter the printed question
+    # text is ordinary output, so it stays in the saved notebook when the widget state does not.
+    quiz = _quiz()
+    quiz.show(["a", "b"])
+    out = capsys.readouterr().out
+    first, second = out.index("[a] single?"), out.index("[b] multi?")
+    assert first < out.index("作答栏") < second
+    assert out.count("作答栏") == 2 and "QUIZ.grade" in out
+
+
+def test_compact_answer_bar_has_no_prompt_and_letters_only():
+    quiz = _quiz()
+    single = quiz.question_widget(quiz.by_id["a"], 1, compact=True)
+    parts = single._quiz_parts
+    assert len(single.children) == 3                                   # entry, buttons, feedback: no prompt
+    assert list(parts["entry"].options) == [("A", "A"), ("B", "B")]
+    parts["entry"].value = "B"
+    parts["check"].click()
+    assert "✅" in parts["feedback"].value
+    multi = quiz.question_widget(quiz.by_id["b"], 2, compact=True)._quiz_parts
+    assert [b.description for b in multi["entry"].children] == ["A", "B", "C"]
+    multi["entry"].children[0].value = True
+    multi["check"].click()
+    assert "漏" in multi["feedback"].value
+    multi["reveal"].click()
+    assert "AC" in multi["feedback"].value
