@@ -153,7 +153,7 @@ _WHY = {
     "healthy": "loss 降到接近 0:背下来了;grad norm 随之变小是正常的,不是梯度断了",
     "shuffled_labels": "最后几十步 loss 一步一跳;它停在哪个高度取决于这批标签的分布,不是一个固定值",
     "detached": "grad norm 每一步都恰好是 0:梯度没有到达任何参数",
-    "wrong_loss": "loss 平滑地降到一个高于 0 的平台后不再动;平台高度随类别数变化(ln(e+C−1)−1)",
+    "wrong_loss": "loss 平滑地降到一个高于 0 的平台后不再动;平台在下界 ln(e+C−1)−1 之上,随类别数变化",
     "lr_too_small": "grad norm 正常、不为 0,但 loss 相对初始值几乎没降:梯度在,步子太小",
 }
 
