@@ -132,12 +132,12 @@ def notebook():
 
 def _tokens(text: str) -> set[str]:
     """Words inside the code spans and code blocks of ``text``: flags, file names, keys."""
-    code = re.findall(r"```.*?```|`[^`\n]+`", text, flags=re.S)
+    code = re.findall(r"```.*?```|`[^`\n]+`", text, flags=re.DOTALL)
     return set(re.findall(r"--[a-z][a-z-]*|[A-Za-z_][\w.]*", " ".join(code)))
 
 
 def _command_lines(text: str) -> set[str]:
-    return {line.strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return {line.strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
             for line in block.splitlines() if line.strip().startswith("python ")}
 
 

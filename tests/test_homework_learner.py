@@ -32,21 +32,21 @@ QUOTES = {
         "| `--data-fraction F` | 训练集和测试集都只用 F 的比例:`course_utils.data.take_fraction(ds, F)`;1.0 表示全部 |",
         "每个优化器步追加一行 JSON,至少有 `step`(整数,全局步数,第一步是 1)和 `loss`(数字,`loss.item()`)"],
     2: ["`course_utils.checkpoint` 里的 `training_state` / `CheckpointManager` / `restore_training_state` 是完整实现",
-        "`course_utils.data.make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k)` 让顺序只取决于 `(seed, epoch)`,"
-        "还能从这个 epoch 的第 k 个 batch 开始。",
-        "进度用全局 step 记:`epoch, k = divmod(step, steps_per_epoch)`,其中 "
-        "`steps_per_epoch = course_utils.data.batches_per_epoch(len(train_set), batch_size)`。",
+        ("`course_utils.data.make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k)` 让顺序只取决于 `(seed, epoch)`,"
+         "还能从这个 epoch 的第 k 个 batch 开始。"),
+        ("进度用全局 step 记:`epoch, k = divmod(step, steps_per_epoch)`,其中 "
+         "`steps_per_epoch = course_utils.data.batches_per_epoch(len(train_set), batch_size)`。"),
         "`metrics.jsonl` 边训练边写,每次存检查点之前 `flush()` 一次",
         "| `--ckpt-every-steps N` | 每 N 个优化器步存一次完整检查点,存在 `DIR` 里(文件名随你) |",
         "| `--resume` | 从 `DIR` 里最新的检查点继续:step 接着检查点里的编号",
         "`--resume` 时追加(`\"a\"`)或重新创建都可以"],
-    3: ["在 `backward()` 之后、`optimizer.step()` 之前调用 `torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)`。"
-        "它**返回裁剪前的全局范数**",
+    3: [("在 `backward()` 之后、`optimizer.step()` 之前调用 `torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)`。"
+         "它**返回裁剪前的全局范数**"),
         "同时写一份 TensorBoard(`torch.utils.tensorboard.SummaryWriter(log_dir)` 的 `add_scalar`",
         "| `--clip MAX_NORM` | 全局梯度范数的裁剪阈值;默认值自己定(例如 1.0),其他检查不传它 |",
         "`grad_norm`(数字,**裁剪前**的全局范数,即 `clip_grad_norm_` 的返回值 `.item()`)和 `clipped`(布尔值:`grad_norm > MAX_NORM`)"],
-    4: ["从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
-        "最后 loss 接近 0 就以退出码 0 结束,否则打印排查顺序",
+    4: [("从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
+         "最后 loss 接近 0 就以退出码 0 结束,否则打印排查顺序"),
         "它还把这个 batch 的前 8 张图和标签存成 `samples.png`(`course_utils.debug.show_samples`)",
         "和 `debug_overfit.py` 完全相同,只注入一个标签 bug。",
         "而且每一步重新打乱:同样的图每一步配上不同的标签",
@@ -62,7 +62,7 @@ def _sections() -> dict[int, str]:
     sections: dict[int, str] = {}
     current = None
     for cell in cells:
-        m = re.search(r"^## 升级 (\d)", cell.source, flags=re.M) if cell.cell_type == "markdown" else None
+        m = re.search(r"^## 升级 (\d)", cell.source, flags=re.MULTILINE) if cell.cell_type == "markdown" else None
         if m:
             current = int(m.group(1))
         elif cell.cell_type == "markdown" and cell.source.startswith("## "):
