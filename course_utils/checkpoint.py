@@ -79,8 +79,9 @@ class CorruptCheckpointError(RuntimeError):
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
 
-    On failure (disk full, read-only folder) the partial temp file is removed and the
-    ``OSError`` propagates; ``path`` itself is untouched.
+    On failure (disk full, read-only folder) the partial temp file is removed and an
+    ``OSError`` naming ``path`` propagates (a failed ``write`` names no file by itself);
+    ``path`` itself is untouched.
     """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -89,6 +90,11 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -256,25 +262,21 @@ class CheckpointManager:
         anything moved, the files in ``also_copy`` (the metrics log that covers them) are
         copied into ``superseded/`` too.
         """
-        moved = []
-        for path in self.checkpoints():
-            if int(_STEP_FILE.match(path.name).group(1)) > after_step:
-                moved.append(self._move(path, "corrupt" if path in self.corrupt else "superseded"))
+        moves = [(path, "corrupt" if path in self.corrupt else "superseded") for path in self.checkpoints()
+                 if int(_STEP_FILE.match(path.name).group(1)) > after_step]
         for name in ("best.pt", "last_good.pt"):
             path = self.directory / name
-            if not path.exists():
-                continue
-            step = _peek_step(path)
-            if step is None:
-                moved.append(self._move(path, "corrupt"))
-            elif step > after_step:
-                moved.append(self._move(path, "superseded"))
-        for path in also_copy if moved else ():
+            if path.exists():
+                step = _peek_step(path)
+                if step is None or step > after_step:
+                    moves.append((path, "corrupt" if step is None else "superseded"))
+        copied = []
+        for path in also_copy if moves else ():  # first: a kill between the two steps must not lose the copy
             if path.exists():
                 target = self._free_name(self.directory / "superseded", path.name)
                 shutil.copyfile(path, target)
-                moved.append(target)
-        return moved
+                copied.append(target)
+        return [self._move(path, kind) for path, kind in moves] + copied
 
     def last_good_step(self) -> int | None:
         """The step ``last_good.pt`` holds, None if there is none (or it cannot be read)."""

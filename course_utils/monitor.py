@@ -174,10 +174,22 @@ class JsonlSink:
         self._file = open(path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
+        with self._naming_the_file():
+            self._file.write(json.dumps(record) + "\n")
 
     def flush(self) -> None:
-        self._file.flush()
+        with self._naming_the_file():
+            self._file.flush()
+
+    @contextlib.contextmanager
+    def _naming_the_file(self) -> Iterator[None]:
+        """A failed write (disk full) names no file by itself: say which one."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def close(self) -> None:
         self._file.close()

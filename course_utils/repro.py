@@ -88,7 +88,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     cuda = state.get("cuda") or []
     if cuda:
         if len(cuda) != torch.cuda.device_count():
-            raise RuntimeError(f"检查点保存了 {len(cuda)} 个 CUDA 设备的随机状态,当前有 {torch.cuda.device_count()} 个")
+            raise RuntimeError(f"检查点保存了 {len(cuda)} 个 CUDA 设备的随机数状态,当前有 {torch.cuda.device_count()} 个")
         torch.cuda.set_rng_state_all(cuda)
 
 

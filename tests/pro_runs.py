@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
 from tests.notebook_cells import ROOT
 
@@ -86,9 +88,10 @@ def status(out: Path) -> dict:
 
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``folder``: relative path -> (size, mtime_ns); to prove nothing changed."""
+    """Every file of the run under ``folder``: relative path -> (size, mtime_ns); to prove nothing changed.
+    ``run.lock`` is left out: any process that claims the folder, even one refused later, writes its pid there."""
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "run.lock"}
 
 
 def load_script():
@@ -106,3 +109,16 @@ def poisoned_torch(folder: Path) -> dict[str, str]:
     fake.mkdir(parents=True, exist_ok=True)
     (fake / "__init__.py").write_text("raise SystemExit('TORCH WAS IMPORTED')\n")
     return {**os.environ, "PYTHONPATH": str(folder / "poison")}
+
+
+def fake_cifar(root: Path, truncate: str | None = None) -> Path:
+    """A tiny real-format CIFAR-10 folder (4 images per train batch, 3 test images); ``truncate`` cuts a file."""
+    import pickle
+    folder = root / CIFAR_FOLDER
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, n in [(f"data_batch_{i}", 4) for i in range(1, 6)] + [("test_batch", 3)]:
+        batch = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "labels": rng.integers(0, 10, n).tolist()}
+        payload = pickle.dumps(batch)
+        (folder / name).write_bytes(payload[: len(payload) // 2] if name == truncate else payload)
+    return folder

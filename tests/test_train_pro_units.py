@@ -17,6 +17,7 @@ import pytest
 from course_utils import data, runfolder
 from course_utils.monitor import Monitor, RecentSteps, SpikeDetector
 from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, read_status
+from tests.pro_runs import fake_cifar
 
 
 def test_exit_codes_and_states_are_distinct():
@@ -164,21 +165,10 @@ def test_monitor_health_window(tmp_path):
     fresh.close()
 
 
-def _cifar_folder(root, truncate: str | None = None):
-    folder = root / data.CIFAR_FOLDER
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for name, n in [(f"data_batch_{i}", 4) for i in range(1, 6)] + [("test_batch", 3)]:
-        batch = {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "labels": rng.integers(0, 10, n).tolist()}
-        payload = pickle.dumps(batch)
-        (folder / name).write_bytes(payload[: len(payload) // 2] if name == truncate else payload)
-    return folder
-
-
 def test_unreadable_real_data_is_an_error_naming_the_file_not_a_silent_stand_in(tmp_path):
-    folder = _cifar_folder(tmp_path / "ok")
+    folder = fake_cifar(tmp_path / "ok")
     assert data.load_cifar10(True, root=tmp_path / "ok", quiet=True).source == "cifar10"
-    _cifar_folder(tmp_path / "cut", truncate="data_batch_1")
+    fake_cifar(tmp_path / "cut", truncate="data_batch_1")
     with pytest.raises(data.UnreadableDataError, match="data_batch_1"):
         data.load_cifar10(True, root=tmp_path / "cut", quiet=True)
     assert data.load_cifar10(False, root=tmp_path / "cut", quiet=True).source == "cifar10"  # the test split is fine

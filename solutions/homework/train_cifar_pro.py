@@ -32,6 +32,7 @@ and renames the old run to <out>.replaced-<time>.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -423,4 +424,8 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dict
 
 
 if __name__ == "__main__":
-    sys.exit(main(*STARTED))
+    exit_code = main(*STARTED)
+    # status.json is written: a late SIGTERM must not kill the interpreter while it shuts down
+    # (exit status -15, unflushed output); blocked, it is simply dropped at exit
+    signal.pthread_sigmask(signal.SIG_BLOCK, StopSignal.SIGNALS)
+    sys.exit(exit_code)
