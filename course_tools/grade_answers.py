@@ -33,7 +33,7 @@ __all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_
 # (module, function) of check functions whose single argument is a function returning a literal
 OUTSIDE = {("course_tools.checks.nb09_quiz", "check_self_test_answers")}
 
-_LITERAL_HINT = "请把答案直接写成字面量 dict,例如 return {\"q1\": \"B\", \"q4\": \"ACD\", \"q10\": 0.82}"
+_LITERAL_HINT = "请把答案直接写成字面量 dict,例如 return {\"q1\": \"<字母>\", \"q4\": \"<几个字母>\", \"q10\": <数字>}"
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _MAX_ITEMS, _MAX_STR = 200, 10_000

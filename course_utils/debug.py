@@ -1,9 +1,10 @@
 """The standard debugging moves: overfit one batch, look at samples, sanity-check the start.
 
 First law of DL debugging: before any full run, feed one batch repeatedly. If the
-loss does not go to ~0, the code has a bug (labels misaligned, wrong loss, data
-not matching labels, a cut gradient chain), not a capacity problem. A consistent
-wrong label mapping CAN be memorised, so also look at samples with their labels.
+loss does not go to ~0, the code has a bug (labels that change from step to step,
+a wrong loss, a cut gradient chain), not a capacity problem. The converse does not
+hold: a FIXED misalignment or a consistent wrong label mapping is memorised like
+correct labels, so also look at samples with their labels and at held-out accuracy.
 
 Example::
 

@@ -51,7 +51,10 @@ class EMA:
             p.requires_grad_(False)
 
     def current_decay(self) -> float:
-        """The decay used by the next update (smaller early on with ``warmup=True``)."""
+        """The decay the next ``update`` uses: 0.0 for the first one (it copies the weights), then
+        ``decay``, or with ``warmup=True`` the smaller ``(1 + n) / (10 + n)`` while that is below it."""
+        if self.num_updates == 0:
+            return 0.0
         if self.warmup:
             return min(self.decay, (1 + self.num_updates) / (10 + self.num_updates))
         return self.decay

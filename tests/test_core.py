@@ -168,7 +168,9 @@ def test_ema_warmup_swap_and_state_dict():
     torch.manual_seed(0)
     model = build_model("tiny", width=4)
     ema = EMA(model, decay=0.999, warmup=True)
-    assert ema.current_decay() == pytest.approx(0.1)
+    assert ema.current_decay() == 0.0  # the first update copies the weights
+    ema.update(model)
+    assert ema.current_decay() == pytest.approx(2 / 11)
     for _ in _train_steps(model, 5):
         ema.update(model)
     assert ema.current_decay() < 0.999
@@ -178,7 +180,7 @@ def test_ema_warmup_swap_and_state_dict():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in live.items())
     restored = EMA(build_model("tiny", width=4))
     restored.load_state_dict(ema.state_dict())
-    assert restored.num_updates == 5 and all(
+    assert restored.num_updates == 6 and all(
         torch.equal(a, b) for a, b in zip(restored.module.parameters(), ema.module.parameters()))
     with pytest.raises(ValueError):
         EMA(model, decay=1.0)
