@@ -2,13 +2,17 @@
 
 After every optimizer step the shadow copy moves a little towards the live weights:
 ``ema = decay * ema + (1 - decay) * w``. With decay 0.999 it averages roughly the
-last 1 / (1 - decay) = 1000 steps of the noisy SGD trajectory, which usually lands
-in a flatter spot and evaluates slightly better.
+last 1 / (1 - decay) = 1000 steps of the noisy SGD trajectory. Whether the average
+evaluates better than the live weights depends on the run: measure it over several
+seeds (``03_ema`` §4 does; on small runs the spread can cover the effect).
 
 Pitfalls handled here:
 - BatchNorm running statistics are buffers, not parameters. They are copied from
   the live model on every update (``num_batches_tracked`` is an integer and must
-  never be averaged), so the EMA model's BN statistics are never stale.
+  never be averaged). Copied statistics belong to the LIVE weights, not to the
+  averaged ones: for a BN model, recompute them for the EMA weights with
+  ``torch.optim.swa_utils.update_bn`` before an evaluation that matters
+  (``03_ema`` §3 measures the difference).
 - With ``warmup=False`` this equals ``AveragedModel(model,
   multi_avg_fn=get_ema_multi_avg_fn(decay))``: the first ``update`` copies the
   weights, later ones lerp with ``torch._foreach_lerp_`` (one fused op, no per-tensor loop).
