@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from course_utils.checkpoint import load_verified
+from course_utils.checkpoint import load_verified, save_verified
 from course_utils.schedule import lr_at
 from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, run, run_all, start, status,
                             train_losses, train_records, wait_for_step)
@@ -99,6 +99,18 @@ def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(finished
     assert top == ["best.pt", "best.pt.sha256", "last_good.pt", "last_good.pt.sha256", "step_00000028.pt",
                    "step_00000028.pt.sha256", "step_00000030.pt", "step_00000030.pt.sha256"], top
     assert not list(out.glob(".*.tmp-*")), "leftovers removed"
+
+
+def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(finished, tmp_path):
+    out = copy_of(finished, tmp_path)
+    foreign = load_verified(out / "checkpoints" / "step_00000030.pt")
+    foreign["config"]["hparams"]["seed"] = 1  # as if copied in from a seed-1 run
+    save_verified(foreign, out / "checkpoints" / "step_00000031.pt")
+    before = listing(out)
+    code, output = run(out, *BASE, "--resume", timeout=120)
+    refusal = [line for line in output.splitlines() if "拒绝运行" in line]
+    assert code == 2 and len(refusal) == 1 and "step_00000031.pt" in refusal[0] and "seed 1 → 0" in refusal[0], output
+    assert listing(out) == before, "nothing was moved, pruned or rewritten"
 
 
 def test_a_second_run_in_the_same_folder_is_refused_and_a_restart_after_sigkill_is_not(finished, tmp_path):

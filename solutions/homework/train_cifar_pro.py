@@ -34,7 +34,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
 from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSignal, config_changes, holds_run,
@@ -130,9 +133,6 @@ if __name__ == "__main__":  # a typo, a busy folder or an incompatible --resume 
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-import traceback  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Callable, Iterable  # noqa: E402
 
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
 from course_utils.checkpoint import CheckpointManager, restore_training_state, training_state  # noqa: E402
@@ -276,6 +276,9 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dic
                   "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
         else:
             found = manager.load_latest(map_location=device)
+        if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
+            config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
+                           allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
         resume_from = found.state["step"] if found else 0
         # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
         aside = manager.set_aside(resume_from, also_copy=(out / "metrics.jsonl",))
@@ -289,9 +292,6 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dic
             out, vars(args), device, repo=Path(__file__).resolve().parent)
     else:
         path, state = found
-        if "hparams" in state["config"]:  # the checkpoint must be this run's: same identity
-            config_changes(state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
-                           allowed=CHANGEABLE, saved_as=f"检查点 {path.name} 的配置(它来自另一次运行?)")
         meta = restore_training_state(state, model=model, optimizer=optimizer, scheduler=scheduler,
                                       scaler=scaler, ema=ema)
         step = meta["step"]
