@@ -61,7 +61,7 @@ class ExitCode(IntEnum):
     FINISHED = 0    # every step done
     FAILED = 1      # an error (data, disk, a bug); the message names the cause
     REFUSED = 2     # bad command line or a folder conflict; nothing was changed (argparse's convention)
-    BAD_STEPS = 3   # stopped: too many non-finite steps; resume from the last known-good checkpoint
+    BAD_STEPS = 3   # stopped: too many bad steps (inf/NaN, loss spikes); --resume goes back to the last known-good one
     PREEMPTED = 75  # SIGTERM/SIGINT: saved and stopped; run again with --resume (75 = EX_TEMPFAIL, "try again")
 
 

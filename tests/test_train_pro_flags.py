@@ -124,7 +124,8 @@ def test_defaults_and_help_pass(parser, tmp_path):
 
 def files(folder) -> dict[str, bytes]:
     """Every file's bytes except the lock file (which a refused run may create, empty of meaning)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != "run.lock"}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and p.name != "run.lock"}
 
 
 def _fake_run(folder, hparams: dict) -> None:

@@ -12,7 +12,8 @@ set-aside checkpoints is made before they move, and every record is flushed befo
 checkpoint that covers it is written.
 
 Here two chains run side by side (load), each killed at chosen moments: during start-up,
-just after the metrics rewrite of a resume, at the first flush after it, and at random.
+just after the metrics rewrite of a resume, at the first flush after it, during and just
+after a checkpoint save, and at random.
 After every kill, every step up to the newest valid checkpoint must be in ``metrics.jsonl``
 exactly once, with the uninterrupted run's loss; at the end the whole run must equal it.
 """
@@ -32,8 +33,10 @@ from tests.pro_runs import TINY, run, run_all, start, train_losses
 pytestmark = pytest.mark.slow
 # 2 epochs of 15 steps; 2 DataLoader workers; a checkpoint every 5 steps; a flush every 3
 ARGS = [*TINY, "--epochs", "2", "--ckpt-every-steps", "5", "--log-every", "3", "--workers", "2"]
-KILLS = 6  # per chain; two chains
-STRATEGIES = ("start-up", "after the rewrite", "first flush", "random")
+# When each chain's trainer is killed, in order. The first kill comes after a save, so every later start
+# resumes from a checkpoint (a real rewrite of metrics.jsonl, a real first flush after it).
+PLAN = {"a": ("after a save", "after the rewrite", "during a save", "first flush", "start-up"),
+        "b": ("after a save", "random", "start-up", "during a save", "after the rewrite")}
 
 
 def newest_checkpoint(out: Path) -> int:
@@ -50,15 +53,26 @@ def trigger(strategy: str, out: Path, proc, resumed_from: int, rng: random.Rando
     """A predicate that says when to kill ``proc`` for ``strategy``."""
     metrics = out / "metrics.jsonl"
     inode = metrics.stat().st_ino if metrics.exists() else None
-    t0, delay = time.monotonic(), rng.uniform(0.05, 4.0)
+    t0, delay = time.monotonic(), rng.uniform(0.05, 3.0)
     claimed = lambda: (out / "run.lock").exists() and f"pid {proc.pid} @" in (out / "run.lock").read_text()  # noqa: E731
     rewritten = lambda: metrics.exists() and metrics.stat().st_ino != inode  # noqa: E731
+
+    def saved(complete: bool) -> bool:  # a newer checkpoint: its temp file, its file, or its checksum too
+        names = [p.name for p in (out / "checkpoints").iterdir()] if (out / "checkpoints").exists() else []
+        newer = [n for n in names if n.startswith("step_") and int(n[5:13]) > resumed_from]
+        if complete:
+            return any(n.endswith(".sha256") for n in newer)
+        return bool(newer) or any(n.startswith(".step_") for n in names)
     if strategy == "start-up":
-        return lambda: claimed() and time.monotonic() - t0 > delay / 4
+        return lambda: claimed() and time.monotonic() - t0 > delay / 6
     if strategy == "after the rewrite":
         return rewritten
     if strategy == "first flush":
         return lambda: rewritten() and any(step > resumed_from for step, _ in train_losses(out))
+    if strategy == "during a save":
+        return lambda: saved(complete=False)
+    if strategy == "after a save":
+        return lambda: saved(complete=True)
     return lambda: time.monotonic() - t0 > delay
 
 
@@ -68,12 +82,12 @@ def test_kill_storm_loses_no_covered_record(tmp_path):
     rngs = {"a": random.Random(1), "b": random.Random(2)}
     ref = start(reference, *ARGS)  # alongside the first round: more load
     history = {name: [] for name in chains}
-    for k in range(KILLS):
+    for k in range(len(PLAN["a"])):
         procs, pending = {}, {}
-        for i, (name, out) in enumerate(chains.items()):
+        for name, out in chains.items():
             resumed_from = newest_checkpoint(out)
             procs[name] = start(out, *ARGS, *(["--resume"] if k else []))
-            strategy = STRATEGIES[(k + 2 * i) % len(STRATEGIES)]
+            strategy = PLAN[name][k]
             pending[name] = (strategy, trigger(strategy, out, procs[name], resumed_from, rngs[name]))
         deadline = time.monotonic() + 240
         while pending:
@@ -100,6 +114,6 @@ def test_kill_storm_loses_no_covered_record(tmp_path):
     for (code, output), (name, out) in zip(results, chains.items()):
         assert code == 0, output
         assert train_losses(out) == train_losses(reference), f"{name}: kills {history[name]}"
-    assert any(covered for _, covered in history["a"] + history["b"]), "some kills came after a checkpoint"
+    assert all(covered > 0 for _, covered in history["a"] + history["b"]), f"a kill before any save: {history}"
     code, _ = run(chains["a"], *ARGS, "--resume")  # finished: resuming again changes nothing
     assert code == 0 and train_losses(chains["a"]) == train_losses(reference)

@@ -81,7 +81,8 @@ def build_parser() -> Parser:
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue the run in --out (from scratch if it has none)")
-    start.add_argument("--overwrite", action="store_true", help="start over: the old run in --out is renamed, not deleted")
+    start.add_argument("--overwrite", action="store_true",
+                       help="start over: the old run in --out is renamed, not deleted")
     p.add_argument("--allow-change", action="append", choices=CHANGEABLE,
                    help="with --resume: let this field differ from the saved config (repeatable; recorded)")
     p.add_argument("--deterministic", action="store_true", help="deterministic kernels (slower on GPU)")
