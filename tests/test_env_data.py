@@ -85,10 +85,10 @@ def test_real_cifar_from_disk(tmp_path, monkeypatch, capsys):
     with open(folder / "test_batch", "rb") as f:
         raw = pickle.load(f)["data"][0].reshape(3, 32, 32).transpose(1, 2, 0)
     assert np.array_equal(test.data[0], raw)
-    # a broken file set falls back to the stand-in and says why
+    # real data that is present but unreadable is an error naming the file, never a silent switch to the stand-in
     (folder / "test_batch").write_bytes(b"garbage")
-    broken = data.load_cifar10(train=False)
-    assert broken.source == "synthetic" and "无法读取" in broken.reason
+    with pytest.raises(data.UnreadableDataError, match="test_batch"):
+        data.load_cifar10(train=False)
 
 
 def test_take_fraction_is_balanced_and_seeded():

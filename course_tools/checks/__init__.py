@@ -60,7 +60,8 @@ def _learner_frame(exc: BaseException) -> str:
     if not frames:
         return ""
     frame = frames[-1]
-    return f"出错位置: 你的代码第 {frame.lineno} 行 `{(frame.line or '').strip()}`"
+    code = (frame.line or "").strip()
+    return f"出错位置: 你的代码第 {frame.lineno} 行" + (f" `{code}`" if code else "")
 
 
 def call_learner(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -99,12 +99,13 @@ def _one_run(fn, seed: int, d_in: int, hidden: int, classes: int, batch: int) ->
         seen_dtypes.clear()
         try:
             out = call_learner(fn, model, opt, scaler, x.clone(), y.clone(), _MAX_NORM, torch.float16)
-        except CheckFailed:
+        except CheckFailed as failed:
+            cause = failed.__cause__  # GradScaler's own misuse errors are AssertionErrors
+            if isinstance(cause, AssertionError) and not isinstance(cause, CheckFailed):
+                raise CheckFailed("函数正常运行", f"GradScaler 报错: {cause}",
+                                  "反向要写成 scaler.scale(loss).backward(),之后才能 unscale_ / step"
+                                  if "scaler.scale" in str(cause) else failed.hint) from None
             raise
-        except AssertionError as exc:  # GradScaler's own misuse errors are AssertionErrors
-            raise CheckFailed("函数正常运行", f"GradScaler 报错: {exc}",
-                              "反向要写成 scaler.scale(loss).backward(),之后才能 unscale_ / step"
-                              if "scaler.scale" in str(exc) else "") from None
         norm = _as_float(out)
         expect(bool(seen_dtypes) and seen_dtypes[-1] == torch.float16,
                "前向在 torch.autocast(float16) 里运行(Linear 输出 float16)",
