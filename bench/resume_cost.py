@@ -100,7 +100,9 @@ def main(argv=None) -> int:
                 else:
                     folder = tmp / f"resume{r}"
                     shutil.copytree(base, folder)
-                    res = run_until_step([*common, "--max-steps", str(c + 1), "--resume"], folder, c + 1, env)
+                    # one more step than the setup run: a new horizon, allowed explicitly (it re-times the schedule)
+                    res = run_until_step([*common, "--max-steps", str(c + 1), "--resume", "--allow-change", "max_steps"],
+                                         folder, c + 1, env)
                     assert "续训" in res["output"], res["output"]
                     rows["resume"].append(res)
             print(f"  repeat {r + 1}/{args.repeats}: fresh first step {rows['fresh start'][-1]['first_step_s']:.2f}s, "

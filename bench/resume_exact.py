@@ -69,9 +69,10 @@ def main(argv=None) -> int:
         root = Path(args.out) if args.out else Path(tmp)
         a, b = root / "uninterrupted", root / "killed"
         t0 = time.perf_counter()
-        subprocess.run(cmd(a), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        # --overwrite: a kept --out folder from an earlier run is moved aside, not silently mixed in
+        subprocess.run(cmd(a, "--overwrite"), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         t_a = time.perf_counter() - t0
-        proc = subprocess.Popen(cmd(b), env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd(b, "--overwrite"), env=env, cwd=REPO, stdout=subprocess.DEVNULL)
         while proc.poll() is None and last_step(b / "metrics.jsonl") < args.kill_after:
             time.sleep(0.01)
         if proc.poll() is not None:
