@@ -322,12 +322,27 @@ def _peek_step(path: Path) -> int | None:
         return None
 
 
+def _unwrapped(model: nn.Module) -> nn.Module:
+    """The model inside a ``DistributedDataParallel``/``DataParallel`` wrapper (their keys carry ``module.``)."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
 def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, step: int,
                    batch_in_epoch: int = 0, scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
-                   ema: Any = None, config: dict | None = None, extra: dict | None = None) -> dict[str, Any]:
-    """Everything needed to continue exactly: the chapter's five elements and the rest."""
-    return {
-        "model": model.state_dict(),
+                   ema: Any = None, config: dict | None = None, extra: dict | None = None,
+                   rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything needed to continue exactly: the chapter's five elements and the rest.
+
+    Several processes: pass ``rng_states``, every rank's RNG state with rank r's at index r
+    (``course_utils.distributed.gather_rng_states()``, on rank 0); the checkpoint then holds
+    them all (``"rng_ranks"``). Without it: this process's state, as rank 0 of 1. ``"world_size"``
+    records how many processes wrote the checkpoint (absent in older ones: 1).
+    A DDP-wrapped ``model`` is saved unwrapped (no ``module.`` prefixes: loads with or without DDP).
+    """
+    rng_states = rng_states or [rng_state()]
+    state = {
+        "model": _unwrapped(model).state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
@@ -335,10 +350,14 @@ def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch:
         "epoch": epoch,
         "step": step,
         "batch_in_epoch": batch_in_epoch,
-        "rng": rng_state(),
+        "rng": rng_states[0],  # rank 0's: what a single-process reader restores
+        "world_size": len(rng_states),
         "config": config or {},
         "extra": extra or {},
     }
+    if len(rng_states) > 1:
+        state["rng_ranks"] = rng_states
+    return state
 
 
 def check_model_compatible(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
@@ -355,11 +374,16 @@ def check_model_compatible(model: nn.Module, saved: dict[str, torch.Tensor]) -> 
 
 def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer: torch.optim.Optimizer,
                            scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
-                           ema: Any = None, restore_rng: bool = True) -> dict[str, Any]:
+                           ema: Any = None, restore_rng: bool = True, rank: int = 0) -> dict[str, Any]:
     """Load ``training_state`` output back into live objects; return epoch/step/position/extra.
 
     Restore order matters: RNG state last, after everything that might draw from it.
+    Several processes: each rank passes its ``rank`` and gets its own RNG state back. A rank the
+    checkpoint has no state for (the job grew beyond ``state["world_size"]`` processes) is an
+    error unless ``restore_rng=False``; seed that rank's stream yourself
+    (``course_utils.distributed.seed_rank``): a silently unrestored stream is how resumed runs drift.
     """
+    model = _unwrapped(model)
     check_model_compatible(model, state["model"])
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -373,6 +397,10 @@ def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer
         if state.get("ema") is None:
             raise ValueError("检查点里没有 EMA 权重,但当前配置启用了 EMA")
         ema.load_state_dict(state["ema"])
+    rng_states = state.get("rng_ranks") or [state["rng"]]
     if restore_rng:
-        set_rng_state(state["rng"])
+        if not 0 <= rank < len(rng_states):
+            raise ValueError(f"检查点只有 {len(rng_states)} 个进程的随机数状态,没有 rank {rank} 的;"
+                             "进程数变多时,新 rank 用 seed_rank 另设种子,并传 restore_rng=False")
+        set_rng_state(rng_states[rank])
     return {k: state.get(k) for k in ("epoch", "step", "batch_in_epoch", "best_metric", "extra", "config")}

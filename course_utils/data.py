@@ -14,20 +14,27 @@ the order a pure function of ``(seed, epoch)`` and can start mid-epoch, and
 augmentation is a function of ``(seed, epoch, index)``: which worker processes a
 sample, or whether the run was resumed, does not change it.
 
+Several processes (DDP under torchrun): the epoch order is cut into global batches first,
+then each rank takes its contiguous share of each one (``rank_share``; sizes differ by at
+most one). So step k trains on the same samples with 1, 2 or 8 processes, each sample of
+the epoch exactly once, and a run can resume mid-epoch with another number of processes.
+The per-rank weighting that keeps the gradient equal to the global batch's is in ``make_loader``.
+
 Example::
 
     train = load_cifar10(train=True)            # prints the source
     small = take_fraction(train, 0.05)          # the "5% data" rule
     loader = make_loader(small, 128, seed=0, epoch=3, start_batch=10)
+    mine = make_loader(small, 128, seed=0, epoch=3, rank=1, world_size=2)  # rank 1's 64 of each 128
 
-Taught in ``00_start_here`` §2 (which data), ``05_reproducibility`` §2 (``make_loader``), ``07_single_batch_overfit`` §3–4 (label corruption, 5% of the data).
+Taught in ``00_start_here`` §2 (which data), ``05_reproducibility`` §2 (``make_loader``), ``07_single_batch_overfit`` §3–4 (label corruption, 5% of the data), ``11_multi_process`` (a share per rank).
 """
 from __future__ import annotations
 
 import functools
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -37,7 +44,7 @@ from course_utils.env import by_size
 
 __all__ = ["CLASSES", "MEAN", "STD", "CIFAR_FOLDER", "SYSTEMATIC_SWAP", "CIFARArrays", "UnreadableDataError",
            "default_data_root", "load_cifar10", "synthetic_cifar10", "take_fraction", "corrupt_labels", "epoch_order",
-           "EpochSampler", "make_loader", "batches_per_epoch"]
+           "rank_share", "EpochBatches", "make_loader", "batches_per_epoch"]
 
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -269,38 +276,80 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
-class EpochSampler(Sampler[int]):
-    """Yields ``epoch_order(n, seed, epoch)`` (or ``range(n)``) from position ``start``."""
+def rank_share(batch_size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s part of a global batch of ``batch_size`` samples: a contiguous slice.
 
-    def __init__(self, n: int, seed: int, epoch: int, shuffle: bool = True, start: int = 0) -> None:
-        self.n, self.seed, self.epoch, self.shuffle, self.start = n, seed, epoch, shuffle, start
+    The sizes differ by at most one: the first ``batch_size % world_size`` ranks take one more
+    (a batch of 5 on 2 ranks: 3 and 2). Together the slices cover the batch exactly once.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank 应在 [0, {world_size}) 之间,实际是 {rank}")
+    base, extra = divmod(batch_size, world_size)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (1 if rank < extra else 0))
 
-    def __iter__(self) -> Iterator[int]:
+
+class EpochBatches(Sampler[list[int]]):
+    """The batches of one epoch: ``epoch_order(n, seed, epoch)`` (or ``range(n)``) cut into global
+    batches of ``batch_size``, from batch ``start_batch`` on; with ``world_size > 1`` each batch is
+    this rank's share of the global one (``rank_share``).
+
+    Global batch ``k`` holds the same samples whatever the number of processes; only who
+    computes which of them changes. That is what lets a run resume mid-epoch with another
+    number of processes without skipping or repeating a sample.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
+                 start_batch: int = 0, drop_last: bool = False, rank: int = 0, world_size: int = 1) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size 应为正整数,实际是 {batch_size}")
+        if batch_size < world_size:
+            raise ValueError(f"全局 batch {batch_size} 小于进程数 {world_size}:有的进程会分不到样本")
+        last = n % batch_size
+        if not drop_last and 0 < last < world_size:
+            raise ValueError(f"最后一个 batch 只有 {last} 个样本,少于进程数 {world_size}:用 drop_last=True 或换 batch size")
+        self.n, self.batch_size, self.seed, self.epoch, self.shuffle = n, batch_size, seed, epoch, shuffle
+        self.start_batch, self.drop_last, self.rank, self.world_size = start_batch, drop_last, rank, world_size
+        self.share = rank_share(batch_size, rank, world_size)  # checks the rank
+
+    def __iter__(self) -> Iterator[list[int]]:
         order = epoch_order(self.n, self.seed, self.epoch) if self.shuffle else torch.arange(self.n)
-        return iter(order[self.start:].tolist())
+        for k in range(self.start_batch, batches_per_epoch(self.n, self.batch_size, self.drop_last)):
+            batch = order[k * self.batch_size:(k + 1) * self.batch_size]
+            yield batch[rank_share(len(batch), self.rank, self.world_size)].tolist()
 
     def __len__(self) -> int:
-        return max(0, self.n - self.start)
+        return max(0, batches_per_epoch(self.n, self.batch_size, self.drop_last) - self.start_batch)
 
 
 def make_loader(ds: Dataset, batch_size: int, *, seed: int = 0, epoch: int = 0, shuffle: bool = True,
-                start_batch: int = 0, num_workers: int = 0, drop_last: bool = False,
-                pin_memory: bool = False) -> DataLoader:
+                start_batch: int = 0, num_workers: int = 0, drop_last: bool = False, pin_memory: bool = False,
+                rank: int = 0, world_size: int = 1,
+                worker_init_fn: Callable[[int], None] | None = None) -> DataLoader:
     """A DataLoader whose batches depend only on ``(seed, epoch)``; starts at ``start_batch``.
 
     Batch ``k`` of ``make_loader(..., start_batch=s)`` equals batch ``s + k`` of the
     loader started at 0, with or without workers: that is what exact mid-epoch
     resume needs. The loader never draws from the global torch RNG.
+
+    Several processes (DDP): ``batch_size`` is the global batch; rank ``rank`` of ``world_size``
+    gets its ``rank_share`` of each global batch, so together the ranks see every sample of the
+    epoch exactly once, in the same global batches as a single process. When the shares differ
+    in size (5 on 2 ranks: 3 and 2), weight rank r's mean loss by ``n_r * world_size / batch_size``:
+    DDP averages the ranks' gradients, and the average is then the gradient of the global
+    batch's mean loss. Worker processes get seeds that differ between ranks (rank 0's are
+    those of a single-process loader); ``worker_init_fn`` runs in each worker as usual.
     """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size 应为正整数,实际是 {batch_size}")
     if hasattr(ds, "set_epoch"):
         ds.set_epoch(epoch)
-    sampler = EpochSampler(len(ds), seed, epoch, shuffle, start=start_batch * batch_size)
-    worker_seed = torch.Generator().manual_seed(seed * 7_919 + epoch)  # base seed of worker RNGs
-    return DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                      drop_last=drop_last, pin_memory=pin_memory, generator=worker_seed)
+    batches = EpochBatches(len(ds), batch_size, seed, epoch, shuffle, start_batch, drop_last, rank, world_size)
+    # base seed of the worker RNGs; each rank's differs (the odd constant changes the low 32 bits, all that a CPU
+    # generator keeps of its seed), rank 0's is a single process's
+    worker_seed = torch.Generator().manual_seed(seed * 7_919 + epoch + rank * 0x9E3779B1)
+    return DataLoader(ds, batch_sampler=batches, num_workers=num_workers, pin_memory=pin_memory,
+                      generator=worker_seed, worker_init_fn=worker_init_fn)
 
 
 def batches_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:
+    """Global batches in an epoch of ``n`` samples (the same for any number of processes)."""
     return n // batch_size if drop_last else -(-n // batch_size)

@@ -10,7 +10,13 @@ What it adds to a plain loop, each visible below:
   python solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2
   # kill it any time (even kill -9), then continue exactly where it was:
   python solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2 --resume
+  # several processes (DDP: one per GPU, or 2 on a CPU); --batch-size stays the global batch:
+  torchrun --standalone --nproc-per-node 2 solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2 --resume
 
+Under torchrun every rank trains its share of each global batch; only rank 0 logs, evaluates
+and writes files. A stop (SIGTERM, Ctrl-C) on any rank stops all of them at the same step,
+saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the
+same number of processes, and with another number keeps the global batch and the sample order.
 The run folder (--out) holds one run:
   config.json    the run's identity. --resume refuses a command line that would change the
                  trajectory (batch size, seed, data, model...); --lr, --epochs and --max-steps
@@ -32,6 +38,8 @@ and renames the old run to <out>.replaced-<time>.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import signal
 import sys
 import traceback
@@ -40,6 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
+from course_utils.distributed import World
 from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSignal, config_changes, holds_run,
                                     read_status)
 
@@ -48,7 +57,7 @@ from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSi
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step"}
+        "deterministic", "inject_nan_at_step", "sample_ledger"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 
 
@@ -92,6 +101,7 @@ def build_parser() -> Parser:
                    help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
+    p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: which samples each step used
     return p
 
 
@@ -110,14 +120,24 @@ def refuse(exc: Refused) -> int:
     return ExitCode.REFUSED
 
 
-def start(argv: list[str] | None = None) -> tuple[argparse.Namespace, StopSignal, RunFolder, dict | None, dict]:
+def start(argv: list[str] | None = None) -> tuple[argparse.Namespace, StopSignal, RunFolder | None, dict | None,
+                                                dict, World]:
     """All that can refuse the run, in milliseconds: flags, the folder lock, the run's identity on --resume.
 
-    Returns (args, stop signal, claimed folder, the saved config it was checked against, allowed changes);
-    exits with status 2 and one line when the run cannot start as asked.
+    Returns (args, stop signal, claimed folder, the saved config it was checked against, allowed changes,
+    this process's place in the job); exits with status 2 and one line when the run cannot start as asked.
+    Under torchrun only rank 0 claims the folder (the others get None); its refusal stops the job.
     """
     args = parse_args(argv)
-    stop = StopSignal().install()  # from here on SIGTERM/Ctrl-C ask for a clean stop, start-up included
+    try:
+        world = World.from_env()  # torchrun's RANK, WORLD_SIZE...; rank 0 of 1 in a plain run
+    except ValueError as exc:
+        sys.exit(refuse(Refused(str(exc))))
+    stop = StopSignal()
+    if not world.launched:  # from here on SIGTERM/Ctrl-C ask for a clean stop, start-up included
+        stop.install()      # (under torchrun once the process group is up: see train)
+    if not world.is_main:
+        return args, stop, None, None, {}, world
     try:
         run = RunFolder.claim(args.out, resume=args.resume, overwrite=args.overwrite)
         saved = run.saved_config() if args.resume and holds_run(args.out) else None
@@ -126,7 +146,7 @@ def start(argv: list[str] | None = None) -> tuple[argparse.Namespace, StopSignal
             defaults=vars(build_parser().parse_args([])))
     except Refused as exc:
         sys.exit(refuse(exc))
-    return args, stop, run, saved, changes
+    return args, stop, run, saved, changes, world
 
 
 if __name__ == "__main__":  # a typo, a busy folder or an incompatible --resume cost milliseconds, not torch's import
@@ -134,12 +154,16 @@ if __name__ == "__main__":  # a typo, a busy folder or an incompatible --resume 
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
-from course_utils.checkpoint import CheckpointManager, restore_training_state, training_state  # noqa: E402
+from course_utils.checkpoint import (CheckpointManager, CorruptCheckpointError, LoadedCheckpoint,  # noqa: E402
+                                     load_verified, restore_training_state, training_state)
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
                                take_fraction)
+from course_utils.distributed import (RanksDisagree, any_rank, average, broadcast, from_main, gather,  # noqa: E402
+                                      gather_rng_states, same_on_all_ranks, seed_rank, setup, teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.env import pick_device  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
@@ -178,19 +202,24 @@ class StepResult:
 
 def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
                scheduler, scaler: torch.amp.GradScaler, ema: EMA | None, device: torch.device, amp_dtype,
-               clip: float, inject_nan: bool = False, phase: Callable[[str], None] | None = None) -> StepResult:
+               clip: float, inject_nan: bool = False, phase: Callable[[str], None] | None = None,
+               loss_weight: float = 1.0) -> StepResult:
     """One optimizer step: forward under autocast, fp32 loss, backward, unscale + clip, step or skip.
 
     A step whose gradients are not finite is skipped: fp16's GradScaler does it itself (and lowers
     its scale); under bf16/fp32 nothing else would notice, so the pre-clip norm is checked here.
     A skipped step advances neither the schedule nor the EMA. ``phase(name)`` is called after each
     part (``bench/overhead.py`` uses it to attribute time); training passes nothing.
+    ``loss_weight``: under DDP, this rank's share of the global batch times the number of ranks
+    (1 when the shares are equal): DDP's average of the ranks' gradients is then the global batch's.
     """
     mark = phase or (lambda name: None)
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     with autocast(device, amp_dtype):
         logits = model(x)
     loss = F.cross_entropy(logits.float(), y)  # loss in fp32
+    if loss_weight != 1.0:
+        loss = loss * loss_weight
     if inject_nan:
         loss = loss * float("nan")
     optimizer.zero_grad(set_to_none=True)
@@ -231,25 +260,72 @@ def set_base_lr(optimizer: torch.optim.Optimizer, scheduler, lr: float) -> None:
         group["lr"] = lr * factor(scheduler.last_epoch)
 
 
-def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dict | None, changes: dict) -> int:
-    out = run.path
+def pick_rank_device(spec: str, world: World) -> torch.device:
+    """``--device`` for this process: under torchrun each process takes the GPU ``LOCAL_RANK`` names."""
     try:
-        device = pick_device(args.device)
+        device = pick_device(spec)
     except RuntimeError as exc:
-        raise Refused(f"--device {args.device}: {exc}") from None
+        raise Refused(f"--device {spec}: {exc}") from None
+    if world.launched and device.type == "mps":
+        raise Refused("多进程训练需要 CUDA(NCCL)或 CPU(gloo);MPS 不支持,请用 --device cpu")
+    if world.launched and device.type == "cuda" and world.local_size > 1:
+        if device.index is not None:
+            raise Refused(f"--device {spec}: torchrun 下每个进程用 cuda:LOCAL_RANK;请用 --device cuda 或 auto")
+        device = torch.device("cuda", world.local_rank)
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise Refused(f"--device {args.device}: 这台机器只有 {torch.cuda.device_count()} 个 CUDA GPU")
+        raise Refused(f"--device {spec}: 这台机器只有 {torch.cuda.device_count()} 个 CUDA GPU"
+                      + (f",--nproc-per-node {world.local_size} 太多" if world.local_size > 1 else ""))
+    return device
+
+
+def choose_checkpoint(args: argparse.Namespace, run: RunFolder, manager: CheckpointManager,
+                      device: torch.device) -> LoadedCheckpoint | None:
+    """Rank 0: the checkpoint to continue from (newest valid; after a stop on bad steps, the last known-good one),
+    checked to belong to this run; newer files set aside. None: start from step 0."""
+    out = run.path
+    if (read_status(out, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
+        found = manager.load_last_good(map_location=device)
+        print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
+              "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
+    else:
+        found = manager.load_latest(map_location=device)
+    if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
+        config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
+                       allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
+    resume_from = found.state["step"] if found else 0
+    # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
+    aside = manager.set_aside(resume_from, also_copy=(out / "metrics.jsonl",))
+    if aside:
+        print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
+              + ", ".join(str(p.relative_to(out)) for p in aside))
+    if found is None:
+        print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
+    return found
+
+
+def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
+          world: World) -> int:
+    out, main = args.out, world.is_main  # run (the claimed folder) is None on ranks other than 0
+    device = pick_rank_device(args.device, world)
+    setup(world, device)  # torchrun: join the other ranks (init_process_group); a plain run: nothing
+    if world.launched:
+        stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
         set_deterministic(True, warn_only=True)
-    set_seed(args.seed)
+    set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see below)
 
-    # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches
-    train_ds = take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed), args.data_fraction)
-    test_ds = take_fraction(load_cifar10(False), args.data_fraction)
-    test_loader = make_loader(test_ds, 512, shuffle=False, num_workers=args.workers)
+    # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches;
+    # each rank trains on its share of every global batch of --batch-size
+    train_ds = take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed, quiet=not main),
+                             args.data_fraction)
     steps_per_epoch = batches_per_epoch(len(train_ds), args.batch_size, drop_last=True)
     if steps_per_epoch == 0:
         raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
+    if args.batch_size < world.size:
+        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:每个进程至少要分到 1 个样本")
+    if main:  # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
+        test_ds = take_fraction(load_cifar10(False), args.data_fraction)
+        test_loader = make_loader(test_ds, 512, shuffle=False, num_workers=args.workers)
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -260,72 +336,93 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dic
     scheduler = make_scheduler(optimizer, args.warmup_steps, total_steps)
     amp_dtype = autocast_dtype(device, args.amp)
     scaler = make_grad_scaler(device, amp_dtype)
-    # warm-up: with decay 0.999 a short run would evaluate weights close to the random init
-    ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 else None
-    manager = CheckpointManager(out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
-                                every_seconds=args.ckpt_every_seconds, keep_last_good=True)
-    leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
-    if leftovers:
-        print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
+    # warm-up: with decay 0.999 a short run would evaluate weights close to the random init. Rank 0 only: after
+    # each step the weights are the same on every rank, and rank 0 evaluates and saves the average
+    ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 and main else None
+    if not main:  # ranks other than 0 write nothing: no checkpoint manager, no monitor, no config
+        manager = monitor = config = None
+    else:
+        manager = CheckpointManager(out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
+                                    every_seconds=args.ckpt_every_seconds, keep_last_good=True)
+        leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
+        if leftovers:
+            print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
 
-    # where to continue: the newest valid checkpoint; after a stop on bad steps, the last known-good one
-    step, found = 0, None
-    if args.resume:
-        if (read_status(out, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
-            found = manager.load_last_good(map_location=device)
-            print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
-                  "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
-        else:
-            found = manager.load_latest(map_location=device)
-        if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
-            config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
-                           allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
-        resume_from = found.state["step"] if found else 0
-        # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
-        aside = manager.set_aside(resume_from, also_copy=(out / "metrics.jsonl",))
-        if aside:
-            print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
-                  + ", ".join(str(p.relative_to(out)) for p in aside))
-        if found is None:
-            print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
+    # where to continue: rank 0 chooses; every rank loads that same file before DDP wraps the model
+    step, found, refusal = 0, None, None
+    if args.resume and main:
+        try:
+            found = choose_checkpoint(args, run, manager, device)
+        except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
+            refusal = str(exc)
+    name, refusal = broadcast((found.path.name if found else None, refusal))
+    if refusal:
+        raise Refused(refusal)
+    problem = None
+    if name is not None and not main:
+        try:
+            found = LoadedCheckpoint(out / "checkpoints" / name,
+                                     load_verified(out / "checkpoints" / name, map_location=device))
+        except CorruptCheckpointError as exc:
+            problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
+    same_on_all_ranks(problem or (name, found.state["step"] if found else 0), "续训起点(检查点, step)")
     if found is None:
-        config = run.record_changes(saved, changes, 0) if saved else dump_run_config(
-            out, vars(args), device, repo=Path(__file__).resolve().parent)
+        if main:
+            config = run.record_changes(saved, changes, 0) if saved else dump_run_config(
+                out, vars(args), device, repo=Path(__file__).resolve().parent)
     else:
         path, state = found
+        saved_world = state.get("world_size", 1)  # how many processes wrote it
         meta = restore_training_state(state, model=model, optimizer=optimizer, scheduler=scheduler,
-                                      scaler=scaler, ema=ema)
+                                      scaler=scaler, ema=ema, rank=world.rank, restore_rng=world.rank < saved_world)
         step = meta["step"]
         set_base_lr(optimizer, scheduler, args.lr)  # --allow-change lr takes effect; unchanged lr: same bits
-        config = run.record_changes(saved or state["config"], changes, step)
-        if changes:
-            print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
-        if state["config"].get("device") not in (None, str(device)):
-            print(f"注意: 检查点在 {state['config']['device']} 上保存,现在在 {device} 上续训;数值不再逐位一致")
-        print(f"从 {path.name} 续训: step {step}(epoch {step // steps_per_epoch},"
-              f"epoch 内第 {step % steps_per_epoch} 个 batch)")
-    monitor = Monitor(out, args.logger or ["jsonl"], flush_every=args.log_every, device=device,
-                      total_steps=total_steps, resume_step=step if found else None, config=config,
-                      progress=not args.no_progress, trouble_window=args.bad_step_window)
-    if found is not None:
-        monitor.load_state_dict(state["extra"]["monitor"])
-    print(f"device={device} amp={amp_dtype or 'off'} steps={total_steps} ({steps_per_epoch}/epoch) "
-          f"train={len(train_ds)} test={len(test_ds)} source={train_ds.source}")
+        if main:
+            config = run.record_changes(saved or state["config"], changes, step)
+            if changes:
+                print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
+            if state["config"].get("device") not in (None, str(device)):
+                print(f"注意: 检查点在 {state['config']['device']} 上保存,现在在 {device} 上续训;数值不再逐位一致")
+            if saved_world != world.size:
+                print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {world.size} 个: 全局 batch 仍是 "
+                      f"{args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
+            print(f"从 {path.name} 续训: step {step}(epoch {step // steps_per_epoch},"
+                  f"epoch 内第 {step % steps_per_epoch} 个 batch)")
+    if world.rank > 0 and (found is None or world.rank >= saved_world):
+        seed_rank(args.seed, world.rank, step)  # its own random stream (rank 0 keeps the one set_seed started)
+    # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward.
+    # `model` stays the unwrapped module: it is what rank 0 evaluates and saves (no "module." prefixes)
+    ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
+        if world.launched else model
+    if main:
+        monitor = Monitor(out, args.logger or ["jsonl"], flush_every=args.log_every, device=device,
+                          total_steps=total_steps, resume_step=step if found else None, config=config,
+                          progress=not args.no_progress, trouble_window=args.bad_step_window)
+        if found is not None:
+            monitor.load_state_dict(state["extra"]["monitor"])
+        print(f"device={device} amp={amp_dtype or 'off'} steps={total_steps} ({steps_per_epoch}/epoch) "
+              f"train={len(train_ds)} test={len(test_ds)} source={train_ds.source}"
+              + (f" processes={world.size} (每个进程约 {args.batch_size // world.size} 个样本/步)" if world.launched else ""))
 
     last_saved = step if found else None
 
     def save(metric: float | None = None) -> None:
         nonlocal last_saved
-        with monitor.paused():
-            monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
-            manager.save(training_state(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                                        ema=ema, epoch=step // steps_per_epoch, step=step,
-                                        batch_in_epoch=step % steps_per_epoch, config=config,
-                                        extra={"monitor": monitor.state_dict()}),
-                         step, metric, healthy=monitor.healthy(step))
+        same_on_all_ranks(step, "step")  # a rank off by one would save a state that no step had
+        rng_states = gather_rng_states()  # every rank's, on rank 0
+        if main:
+            with monitor.paused():
+                monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
+                manager.save(training_state(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                                            ema=ema, epoch=step // steps_per_epoch, step=step,
+                                            batch_in_epoch=step % steps_per_epoch, config=config,
+                                            extra={"monitor": monitor.state_dict()}, rng_states=rng_states),
+                             step, metric, healthy=monitor.healthy(step))
         last_saved = step
 
-    def run_eval() -> float:
+    def run_eval() -> float | None:
+        if not main:
+            return None
         with monitor.paused():
             acc, loss = evaluate(model, stop.iterate(test_loader), device, amp_dtype)
             metrics = {"acc": acc, "loss": loss}
@@ -335,26 +432,41 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dic
             monitor.log_eval(step, (step - 1) // steps_per_epoch, **metrics)
         return metrics.get("acc_ema", acc)
 
-    run.write_status("running", step, total_steps=total_steps)
+    if main:
+        run.write_status("running", step, total_steps=total_steps, world_size=world.size)
     exit_code = ExitCode.FINISHED
     batches = None
     model.train()
-    while step < total_steps and not stop.requested:
+    while step < total_steps and not any_rank(stop.requested):  # a stop on any rank: all leave at this step
         epoch, position = divmod(step, steps_per_epoch)
         if batches is None or position == 0:  # a new epoch, or the first batch after a resume
-            batches = stop.iterate(make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch,
-                                               start_batch=position, num_workers=args.workers, drop_last=True,
-                                               pin_memory=device.type == "cuda"))
+            loader = make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=position,
+                                 num_workers=args.workers, drop_last=True, pin_memory=device.type == "cuda",
+                                 rank=world.rank, world_size=world.size)  # this rank's share of each global batch
+            batches, shares = stop.iterate(loader), iter(loader.batch_sampler)
         x, y = next(batches)
-        result = train_step(model, x, y, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema,
+        result = train_step(ddp_model, x, y, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema,
                             device=device, amp_dtype=amp_dtype, clip=args.clip,
-                            inject_nan=step + 1 in args.inject_nan_at_step)
+                            inject_nan=step + 1 in args.inject_nan_at_step,
+                            loss_weight=len(y) * world.size / args.batch_size)
         step += 1
-        monitor.log_step(step, epoch, result.loss, result.clip.norm, result.clip.clipped, result.lr, len(y),
-                         skipped=result.skipped)
-        if result.skipped and not scaler.is_enabled():
-            monitor.alert("non-finite step", f"step {step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", step)
-        if monitor.trouble.count(step) >= args.max_bad_steps:  # a rate over a window, not only a streak
+        if args.sample_ledger:  # tests: the samples (and labels) each rank trained on at this step
+            ledger = gather((next(shares), y.tolist()))
+            if main:
+                with open(out / "sample_ledger.jsonl", "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"step": step, "world_size": world.size, "indices": [i for i, _ in ledger],
+                                        "labels": [labels for _, labels in ledger]}) + "\n")
+        loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
+        bad = time_to_save = False
+        if main:
+            monitor.log_step(step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr, args.batch_size,
+                             skipped=result.skipped)
+            if result.skipped and not scaler.is_enabled():
+                monitor.alert("non-finite step", f"step {step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", step)
+            bad = monitor.trouble.count(step) >= args.max_bad_steps  # a rate over a window, not only a streak
+            time_to_save = manager.should_save(step)
+        bad, time_to_save = from_main(bad, time_to_save)  # rank 0 holds the metrics and the clock
+        if bad:
             exit_code = ExitCode.BAD_STEPS
             break
         if step % steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
@@ -362,36 +474,42 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dic
         elif step == total_steps:  # --max-steps inside an epoch
             run_eval()
             save()
-        elif manager.should_save(step):
+        elif time_to_save:
             save()
-    if exit_code == ExitCode.FINISHED and step < total_steps:  # SIGTERM/Ctrl-C: save here, stop cleanly
+    if exit_code == ExitCode.FINISHED and step < total_steps:  # SIGTERM/Ctrl-C on some rank: save here, stop cleanly
         if last_saved != step:
             save()
         exit_code = ExitCode.PREEMPTED
+        received = "、".join(f"{sig}(rank {r})" for r, sig in enumerate(gather(stop.requested)) if sig) \
+            if world.launched else stop.requested
 
-    if exit_code == ExitCode.BAD_STEPS:
-        good = manager.last_good_step()
-        where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
-                 "--resume 会从 last_good.pt 继续" if good is not None else
-                 "还没有健康的检查点,--resume 会从 step 0 重新开始")
-        message = (f"最近 {args.bad_step_window} 步里有 {monitor.trouble.count(step)} 个坏步(inf/NaN 或 loss 尖峰),"
-                   f"在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 --allow-change lr)"
-                   "或检查数据")
-        monitor.alert("stopped", message, step)
-    elif exit_code == ExitCode.PREEMPTED:
-        message = f"收到 {stop.requested}: 已在 step {step} 保存检查点,安全退出。用 --resume 继续"
-    else:
-        message = f"完成: {step} 步,检查点在 {manager.directory}"
-    monitor.close()
-    run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message, total_steps=total_steps,
-                     last_good_step=manager.last_good_step())
-    if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
-        print(message)
+    if main:
+        if exit_code == ExitCode.BAD_STEPS:
+            good = manager.last_good_step()
+            where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
+                     "--resume 会从 last_good.pt 继续" if good is not None else
+                     "还没有健康的检查点,--resume 会从 step 0 重新开始")
+            message = (f"最近 {args.bad_step_window} 步里有 {monitor.trouble.count(step)} 个坏步(inf/NaN 或 loss 尖峰),"
+                       f"在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 --allow-change lr)"
+                       "或检查数据")
+            monitor.alert("stopped", message, step)
+        elif exit_code == ExitCode.PREEMPTED:
+            message = f"收到 {received}: 已在 step {step} 保存检查点,安全退出。用 --resume 继续"
+        else:
+            message = f"完成: {step} 步,检查点在 {manager.directory}"
+        monitor.close()
+        run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message, total_steps=total_steps,
+                         last_good_step=manager.last_good_step(), world_size=world.size)
+        if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
+            print(message)
+    teardown(world)  # every rank waits until rank 0 has written status.json, then leaves the process group
     return exit_code
 
-
-def failed(run: RunFolder, message: str) -> int:
-    """Say what went wrong and what is still safe on one line; leave status.json saying "failed"."""
+def failed(run: RunFolder | None, message: str, world: World) -> int:
+    """Say what went wrong and what is still safe on one line; leave status.json saying "failed" (rank 0)."""
+    if run is None:  # a rank other than 0: it owns no file; torchrun stops the job, rank 0 records it
+        print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
+        return ExitCode.FAILED
     steps = sorted(int(p.name.split("_")[1].split(".")[0]) for p in (run.path / "checkpoints").glob("step_*.pt.sha256"))
     safe = (f"磁盘上已有的检查点不受影响(最新: step {steps[-1]}),排除问题后用 --resume 继续" if steps
             else "还没有检查点")
@@ -404,25 +522,25 @@ def failed(run: RunFolder, message: str) -> int:
     return ExitCode.FAILED
 
 
-def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder, saved: dict | None, changes: dict) -> int:
-    """Train in the claimed folder; every way out leaves status.json and returns its ExitCode."""
-    with run:
-        if run.moved_aside:
+def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
+         world: World) -> int:
+    """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode."""
+    with run if run is not None else contextlib.nullcontext():
+        if run is not None and run.moved_aside:
             print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         try:
-            return train(args, stop, run, saved, changes)
+            return train(args, stop, run, saved, changes, world)
         except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
-            return refuse(exc)
-        except UnreadableDataError as exc:
-            return failed(run, str(exc))
+            return refuse(exc) if world.is_main else ExitCode.REFUSED
+        except (UnreadableDataError, RanksDisagree) as exc:
+            return failed(run, str(exc), world)
         except OSError as exc:  # disk full, read-only folder, a file system gone
-            return failed(run, f"读写 {exc.filename or run.path} 失败({exc.strerror or exc})")
+            return failed(run, f"读写 {exc.filename or args.out} 失败({exc.strerror or exc})", world)
         except KeyboardInterrupt:
-            return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存")
+            return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存", world)
         except Exception as exc:
             traceback.print_exc()
-            return failed(run, f"{type(exc).__name__}: {exc}")
-
+            return failed(run, f"{type(exc).__name__}: {exc}", world)
 
 if __name__ == "__main__":
     exit_code = main(*STARTED)
