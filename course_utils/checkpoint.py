@@ -10,6 +10,13 @@ and the best metric.
 - atomic writes: temp file in the same folder, fsync, ``os.replace``; a SHA-256
   checksum beside each file. A half-written or bit-flipped newest file is detected
   on load and the next valid one is used, with a warning;
+- streaming: the checksum is computed while ``torch.save`` writes the bytes and while
+  ``torch.load`` reads them, each time in a second thread, so a verified save or load
+  costs about what a plain one does and never holds a second copy of the file in memory;
+- asynchronous saves (``async_save=True``): the loop waits only for a copy of the
+  state in host memory; a background thread writes the file. At most one save is in
+  flight: the next ``save``, ``wait()`` and every method that reads the folder wait for
+  it, and its error is raised there (or at ``check()``, which never waits);
 - retention: the last ``keep_last`` (2) plus ``best.pt``, plus ``last_good.pt`` with
   ``keep_last_good=True`` (the newest checkpoint saved while training was healthy:
   a blow-up must not push every good state out of the folder). Pruning only looks
@@ -36,19 +43,28 @@ Example::
         manager.save(training_state(model=model, optimizer=opt, scheduler=sched, epoch=e, step=step,
                                     batch_in_epoch=b), step)
 
+With ``CheckpointManager(..., async_save=True)`` the same ``save`` returns after copying the
+state; call ``manager.check()`` once per step and ``manager.wait()`` before reporting that the
+run ended.
+
 Taught in ``04_checkpoint_resume`` §2–5.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import errno
 import hashlib
 import io
+import mmap
 import os
 import re
 import shutil
+import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from torch import nn
@@ -83,11 +99,18 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     ``OSError`` naming ``path`` propagates (a failed ``write`` names no file by itself);
     ``path`` itself is untouched.
     """
+    with _atomic_file(path) as f:
+        _write_all(f, payload)
+
+
+@contextlib.contextmanager
+def _atomic_file(path: Path) -> Iterator[io.FileIO]:
+    """An unbuffered temp file beside ``path`` (``.<name>.tmp-<pid>``) to write into; on success fsync it,
+    rename it to ``path`` and fsync the folder, on any error remove it and name ``path`` in the ``OSError``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
+        with open(tmp, "wb", buffering=0) as f:
+            yield f
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
@@ -108,33 +131,212 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
         pass
 
 
+def _write_all(file: io.FileIO, data: Any) -> int:
+    """Write every byte of ``data`` to an unbuffered file (a raw ``write`` may write part of it)."""
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += file.write(view[done:])
+    return len(view)
+
+
+class _HashingWriter:
+    """The file object ``torch.save`` writes to: the bytes go to ``file``, and a second thread reads them
+    back from the page cache right behind the writer and hashes them (SHA-256).
+
+    Why read back rather than hash the chunk ``torch.save`` passes: that memoryview is valid only
+    during the ``write`` call, so hashing it in parallel means joining before every return, and
+    on a busy machine those joins make the two threads take turns. Reading back lets the writer
+    run ahead and the hash finish during the final fsync; it hashes exactly what the file holds,
+    with one 8 MB buffer, never a copy of the checkpoint. ``torch.save`` turns an error raised in
+    ``write`` into a ``RuntimeError`` without the cause: the first one is kept in ``error``.
+    """
+
+    CHUNK = 8 << 20
+
+    def __init__(self, file: io.FileIO) -> None:
+        self.file, self.error = file, None
+        self._sha256 = hashlib.sha256()
+        self._more = threading.Condition()  # guards _written and _done
+        self._written, self._done = 0, False
+        self._failure: BaseException | None = None  # the hashing thread's
+        self._reader = open(file.name, "rb", buffering=0)  # its own offset: reads where the hash is
+        self._thread = threading.Thread(target=self._hash_behind, name="checkpoint-sha256", daemon=True)
+        self._thread.start()
+
+    def write(self, data: Any) -> int:
+        if self.error is not None:
+            raise self.error
+        try:
+            n = _write_all(self.file, data)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        with self._more:
+            self._written += n
+            self._more.notify()
+        return n
+
+    def flush(self) -> None:
+        """Nothing to flush: every ``write`` went straight to the file."""
+
+    def finish(self) -> None:
+        """No more writes: the thread hashes the rest and stops (it may still be reading)."""
+        with self._more:
+            self._done = True
+            self._more.notify()
+
+    def hexdigest(self) -> str:
+        """Wait for the thread; the digest of everything written."""
+        self.finish()
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        return self._sha256.hexdigest()
+
+    def _hash_behind(self) -> None:
+        buffer, hashed = memoryview(bytearray(self.CHUNK)), 0
+        try:
+            while True:
+                with self._more:
+                    while hashed == self._written and not self._done:
+                        self._more.wait()
+                    end = self._written
+                if hashed == end:  # finished, everything hashed
+                    return
+                while hashed < end:
+                    n = self._reader.readinto(buffer[:min(self.CHUNK, end - hashed)])
+                    if not n:
+                        raise OSError(errno.EIO, "临时文件比写入的内容短", self.file.name)
+                    self._sha256.update(buffer[:n])
+                    hashed += n
+        except BaseException as exc:
+            self._failure = exc
+        finally:
+            self._reader.close()
+
+
+_crc32_lock = threading.Lock()
+_crc32_users = 0  # checkpoints being written with torch's CRC-32 off
+_crc32_setting = True  # torch's setting before the first of them
+
+
+@contextlib.contextmanager
+def _without_crc32() -> Iterator[None]:
+    """Skip the CRC-32 that ``torch.save`` computes of every record, serially, in the writing thread.
+
+    The SHA-256 covers every byte already, and ``torch.load`` never checks the CRC (only tools
+    that unzip a ``.pt`` file would complain). It is a process-wide option of torch: a
+    ``torch.save`` in another thread while a checkpoint is written skips it too. Restored when
+    the last checkpoint being written is done.
+    """
+    global _crc32_users, _crc32_setting
+    if not hasattr(torch.serialization, "set_crc32_options"):  # an older torch always computes it
+        yield
+        return
+    with _crc32_lock:
+        if _crc32_users == 0:
+            _crc32_setting = torch.serialization.get_crc32_options()
+            torch.serialization.set_crc32_options(False)
+        _crc32_users += 1
+    try:
+        yield
+    finally:
+        with _crc32_lock:
+            _crc32_users -= 1
+            if _crc32_users == 0:
+                torch.serialization.set_crc32_options(_crc32_setting)
+
+
 def save_verified(state: dict[str, Any], path: Path) -> str:
-    """``torch.save`` to bytes, write atomically, write ``<path>.sha256`` beside it. Returns the digest."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getvalue()
-    digest = hashlib.sha256(payload).hexdigest()
-    atomic_write_bytes(path, payload)
+    """``torch.save`` ``state`` atomically to ``path`` and write ``<path>.sha256`` beside it; return the digest.
+
+    The SHA-256 is computed while the bytes stream to the file (``_HashingWriter``): no second
+    pass over the data, no copy of it in memory. The sidecar is ``<digest>  <name>``, the
+    format of ``sha256sum``: ``sha256sum -c`` checks it.
+    """
+    path = Path(path)
+    with _atomic_file(path) as f, _without_crc32():
+        writer = _HashingWriter(f)
+        try:
+            torch.save(state, writer)
+        except BaseException:
+            writer.finish()
+            if writer.error is not None:  # the real cause (a full disk), not torch's "unexpected pos"
+                raise writer.error from None
+            raise
+        writer.finish()  # the hash of the last bytes overlaps the fsync
+    digest = writer.hexdigest()
     atomic_write_bytes(path.with_name(path.name + ".sha256"), f"{digest}  {path.name}\n".encode())
     return digest
 
 
+def _digest_in_background(fd: int) -> Callable[[], str]:
+    """Start hashing the open file ``fd`` in a thread; return a function that waits for the hex digest
+    (and raises the ``OSError`` of a file that cannot be read).
+
+    One ``hashlib`` call over a read-only ``mmap`` of the file: the GIL is released for the
+    whole file, so the hash never waits for ``torch.load``'s thread, which takes the GIL
+    between its reads. The thread hashes its own duplicate of ``fd``.
+    """
+    fd, result = os.dup(fd), {}
+
+    def run() -> None:
+        try:
+            if os.fstat(fd).st_size == 0:  # mmap refuses an empty file
+                result["digest"] = hashlib.sha256().hexdigest()
+            else:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
+                    if hasattr(mmap, "MADV_SEQUENTIAL"):
+                        view.madvise(mmap.MADV_SEQUENTIAL)
+                    result["digest"] = hashlib.sha256(view).hexdigest()
+        except OSError as exc:
+            result["error"] = exc
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=run, name="checkpoint-sha256", daemon=True)
+    thread.start()
+
+    def finish() -> str:
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["digest"]
+    return finish
+
+
 def load_verified(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Check the SHA-256 sidecar, then ``torch.load(weights_only=True)``; raise CorruptCheckpointError."""
+    """``torch.load(weights_only=True)`` of ``path``, checked against its SHA-256 sidecar.
+
+    The file is hashed in a second thread while ``torch.load`` reads it (one open file for
+    both, so they see the same bytes); when the digest does not match, the loaded state is
+    discarded. Raises ``CorruptCheckpointError`` for a missing sidecar, a mismatch, or a file
+    ``torch.load`` cannot read. ``weights_only=True`` is what makes reading an unverified file
+    safe: it never runs pickled code.
+    """
     path = Path(path)
     sidecar = path.with_name(path.name + ".sha256")
     try:
-        payload = path.read_bytes()
         expected = sidecar.read_text().split()[0]
+        file = open(path, "rb")
     except (OSError, IndexError) as exc:
         raise CorruptCheckpointError(f"{path.name}: 文件或校验和缺失 ({exc})") from exc
-    actual = hashlib.sha256(payload).hexdigest()
+    with file:
+        digest = _digest_in_background(file.fileno())
+        try:
+            state, error = torch.load(file, map_location=map_location, weights_only=True), None
+        except Exception as exc:
+            state, error = None, exc
+    try:
+        actual = digest()
+    except OSError as exc:
+        raise CorruptCheckpointError(f"{path.name}: 无法读取 ({exc})") from exc
     if actual != expected:
         raise CorruptCheckpointError(f"{path.name}: 校验和不符(文件损坏或只写了一半)")
-    try:
-        return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
-    except Exception as exc:
-        raise CorruptCheckpointError(f"{path.name}: 无法加载 ({type(exc).__name__}: {exc})") from exc
+    if error is not None:
+        raise CorruptCheckpointError(f"{path.name}: 无法加载 ({type(error).__name__}: {error})") from error
+    return state
 
 
 class CheckpointManager:
@@ -143,11 +345,18 @@ class CheckpointManager:
     Retention after each save: the ``keep_last`` newest ``step_*`` files (the one just written
     counts as one of them; newer files already in the folder are left alone), ``best.pt``,
     ``last_good.pt`` with ``keep_last_good``, and ``protected`` (the file this manager loaded).
+
+    With ``async_save=True``, ``save`` returns once the state is copied to host memory (pinned
+    memory for CUDA tensors; the copy is reused by the next save, so the manager keeps one
+    state's worth of host memory) and a background thread writes, publishes ``best.pt`` /
+    ``last_good.pt`` and prunes. Call ``check()`` in the loop (raises a background error
+    without waiting) and ``wait()`` before the process reports that it is done. A kill during
+    a background write leaves the previous checkpoints, as a kill during a synchronous one does.
     """
 
     def __init__(self, directory: str | os.PathLike, keep_last: int = 2, keep_best: bool = True,
                  every_steps: int | None = None, every_seconds: float | None = None, mode: str = "max",
-                 keep_last_good: bool = False) -> None:
+                 keep_last_good: bool = False, async_save: bool = False) -> None:
         if keep_last < 1:
             raise ValueError(f"keep_last 至少为 1,实际是 {keep_last}")
         if mode not in ("max", "min"):
@@ -160,6 +369,10 @@ class CheckpointManager:
         self.protected: Path | None = None
         self.corrupt: list[Path] = []  # files the last load_latest skipped
         self._last_save_time = time.monotonic()
+        self.async_save = async_save
+        self._writer: threading.Thread | None = None  # the save in flight
+        self._error: BaseException | None = None  # what it raised, until check()/wait() raises it here
+        self._staging: list[torch.UntypedStorage] = []  # host copies of the state's storages, reused
 
     def checkpoints(self) -> list[Path]:
         """``step_<N>.pt`` files, oldest first."""
@@ -179,20 +392,96 @@ class CheckpointManager:
 
     def save(self, state: dict[str, Any], step: int, metric: float | None = None, *, healthy: bool = True) -> Path:
         """Save ``state`` as ``step_<step>.pt``; also as ``best.pt`` if ``metric`` improved, and as
-        ``last_good.pt`` if ``healthy`` and ``keep_last_good``; prune old files."""
+        ``last_good.pt`` if ``healthy`` and ``keep_last_good``; prune old files.
+
+        With ``async_save`` the file is written in the background after this returns (first
+        waiting for the previous save, whose error is raised here).
+        """
+        self.wait()
         improved = metric is not None and self.keep_best and self.is_better(metric)
         if improved:
             self.best_metric = float(metric)
         state = {**state, "best_metric": self.best_metric}
         path = self.directory / f"step_{step:08d}.pt"
-        digest = save_verified(state, path)
-        if improved:
-            self._publish("best.pt", path, digest)
-        if healthy and self.keep_last_good:
-            self._publish("last_good.pt", path, digest)
-        self._prune(step)
+        publish = [name for name, wanted in (("best.pt", improved), ("last_good.pt", healthy and self.keep_last_good))
+                   if wanted]
+        if self.async_save:
+            self._writer = threading.Thread(target=self._write_in_background, name=f"checkpoint {path.name}",
+                                            args=(self._stage(state), step, path, publish))
+            self._writer.start()
+        else:
+            self._write(state, step, path, publish)
         self._last_save_time = time.monotonic()
         return path
+
+    def _write(self, state: dict[str, Any], step: int, path: Path, publish: list[str]) -> None:
+        digest = save_verified(state, path)
+        for name in publish:
+            self._publish(name, path, digest)
+        self._prune(step)
+
+    def _write_in_background(self, *args: Any) -> None:
+        try:
+            self._write(*args)
+        except BaseException as exc:  # raised in the training loop by check()/wait()/the next save
+            self._error = exc
+
+    def check(self) -> None:
+        """Raise the error of a background save that failed (a full disk...), without waiting; else nothing."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def wait(self) -> None:
+        """Block until the save in flight (``async_save``) is on disk; raise its error if it failed."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        self.check()
+
+    @property
+    def saving(self) -> bool:
+        """True while a background save is being written."""
+        return self._writer is not None and self._writer.is_alive()
+
+    def _stage(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``state`` whose tensors live in this manager's host buffers, safe to write while training goes on.
+
+        Each storage is copied whole, once, so tensors that share memory still share it and
+        the file is what ``torch.save(state)`` would write (CUDA tensors become CPU tensors;
+        ``map_location`` on load puts them back). The buffers are reused by the next save when
+        the sizes match: a fresh allocation costs page faults, a pinned one much more.
+        Other values are deep-copied.
+        """
+        copies: dict[tuple, torch.UntypedStorage] = {}  # one host copy per source storage
+        memo: dict[int, Any] = {}  # copy.deepcopy's memo: each tensor -> its staged view
+        gpus = set()
+        for tensor in _tensors(state):
+            if id(tensor) in memo or not _plain_dense(tensor):
+                continue  # seen already, or a sparse/quantized/subclass tensor: deepcopy clones it
+            source = tensor.untyped_storage()
+            key = (source.data_ptr(), source.device, source.nbytes())
+            if key not in copies:
+                copies[key] = self._staging_buffer(len(copies), source)
+                copies[key].copy_(source, non_blocking=source.device.type == "cuda")
+                if source.device.type == "cuda":
+                    gpus.add(source.device)
+            memo[id(tensor)] = torch.empty(0, dtype=tensor.dtype).set_(
+                copies[key], tensor.storage_offset(), tensor.size(), tensor.stride())
+        for gpu in gpus:
+            torch.cuda.synchronize(gpu)  # the non-blocking copies are done before the writer reads them
+        return copy.deepcopy(state, memo)
+
+    def _staging_buffer(self, index: int, source: torch.UntypedStorage) -> torch.UntypedStorage:
+        """The ``index``-th host buffer, reallocated when ``source`` no longer fits it exactly."""
+        pinned = source.device.type == "cuda"
+        if index < len(self._staging):
+            buffer = self._staging[index]
+            if buffer.nbytes() == source.nbytes() and (buffer.is_pinned() or not pinned):
+                return buffer
+        buffer = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=pinned).untyped_storage()
+        self._staging[index:index + 1] = [buffer]
+        return buffer
 
     def _publish(self, name: str, path: Path, digest: str) -> None:
         """Make ``name`` the same bytes as ``path`` without serialising twice: a hard link
@@ -228,6 +517,7 @@ class CheckpointManager:
         Skipped (corrupt) files are warned about and listed in ``corrupt``. The file loaded
         becomes protected: pruning never deletes it.
         """
+        self.wait()
         self.corrupt = []
         for path in reversed(self.checkpoints()):
             found = self._load(path, map_location)
@@ -237,6 +527,7 @@ class CheckpointManager:
 
     def load_last_good(self, map_location: str | torch.device = "cpu") -> LoadedCheckpoint | None:
         """``last_good.pt`` (the newest checkpoint saved while healthy) as ``(path, state)``, or None."""
+        self.wait()
         path = self.directory / "last_good.pt"
         return self._load(path, map_location) if path.exists() else None
 
@@ -262,6 +553,7 @@ class CheckpointManager:
         anything moved, the files in ``also_copy`` (the metrics log that covers them) are
         copied into ``superseded/`` too.
         """
+        self.wait()
         moves = [(path, "corrupt" if path in self.corrupt else "superseded") for path in self.checkpoints()
                  if int(_STEP_FILE.match(path.name).group(1)) > after_step]
         for name in ("best.pt", "last_good.pt"):
@@ -280,6 +572,7 @@ class CheckpointManager:
 
     def last_good_step(self) -> int | None:
         """The step ``last_good.pt`` holds, None if there is none (or it cannot be read)."""
+        self.wait()
         path = self.directory / "last_good.pt"
         return _peek_step(path) if path.exists() else None
 
@@ -305,6 +598,7 @@ class CheckpointManager:
         """Delete what a killed save leaves behind: hidden ``.<name>.tmp-<pid>`` files and ``.sha256``
         files whose checkpoint is gone. Call it only while no other process writes here (hold the
         run folder's lock): another writer's temp file looks the same."""
+        self.wait()
         removed = []
         for path in self.directory.iterdir():
             orphan = path.name.endswith(".sha256") and not path.with_name(path.name[:-len(".sha256")]).exists()
@@ -312,6 +606,24 @@ class CheckpointManager:
                 path.unlink(missing_ok=True)
                 removed.append(path)
         return removed
+
+
+def _plain_dense(tensor: torch.Tensor) -> bool:
+    """A tensor that is fully described by its storage, dtype, offset, size and stride."""
+    return (type(tensor) in (torch.Tensor, nn.Parameter) and tensor.layout == torch.strided
+            and not (tensor.is_quantized or tensor.is_conj() or tensor.is_neg()))
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The tensors inside nested dicts, lists and tuples (a state dict's containers)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
 
 
 def _peek_step(path: Path) -> int | None:
