@@ -57,7 +57,7 @@ from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSi
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step", "sample_ledger"}
+        "deterministic", "inject_nan_at_step", "async_ckpt", "sample_ledger"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 
 
@@ -81,6 +81,9 @@ def build_parser() -> Parser:
     p.add_argument("--ckpt-every-steps", type=int_at_least(0), default=200, help="0: not by steps")
     p.add_argument("--ckpt-every-seconds", type=float_in(0), default=3600.0, help="0: not by time")
     p.add_argument("--keep-last", type=int_at_least(1), default=2, help="step_*.pt files kept besides best/last_good")
+    p.add_argument("--async-ckpt", action="store_true",
+                   help="write checkpoints in a background thread: training waits only for a copy of the state "
+                        "in host memory (costs one state's size of host memory)")
     p.add_argument("--data-fraction", type=float_in(0, 1, low_open=True), default=1.0)
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--workers", type=int_at_least(0), default=0, help="DataLoader worker processes")
@@ -343,7 +346,8 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
         manager = monitor = config = None
     else:
         manager = CheckpointManager(out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
-                                    every_seconds=args.ckpt_every_seconds, keep_last_good=True)
+                                    every_seconds=args.ckpt_every_seconds, keep_last_good=True,
+                                    async_save=args.async_ckpt)
         leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
@@ -459,6 +463,7 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
         bad = time_to_save = False
         if main:
+            manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
             monitor.log_step(step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr, args.batch_size,
                              skipped=result.skipped)
             if result.skipped and not scaler.is_enabled():
@@ -484,6 +489,7 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
             if world.launched else stop.requested
 
     if main:
+        manager.wait()  # --async-ckpt: the save in flight is on disk before status.json says how the run ended
         if exit_code == ExitCode.BAD_STEPS:
             good = manager.last_good_step()
             where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
