@@ -5,11 +5,14 @@
 #   (b) every solution notebook under nbval on the GPU: python -m pytest solutions/ -q
 #   (c) kill-and-resume exactness with the determinism switch on (SIGKILL + --resume,
 #       per-step losses compared exactly)
+#   (d) the professional script under torchrun with NCCL, one process per GPU (a single GPU still
+#       takes the NCCL path): a run, SIGKILL of the whole job + --resume, SIGTERM to one rank +
+#       --resume, each compared step by step; with one GPU also against a plain python run
 #
 # Usage (from anywhere; needs the repo's requirements installed with a CUDA build of torch):
 #   bash bench/gpu_check.sh [OUTDIR]          # default OUTDIR: bench/results/gpu_check
 # Outputs in OUTDIR: amp.txt/amp_cuda.json, notebooks.txt/notebooks.xml, resume_exact.txt/.json,
-# summary.txt. Exit status: number of failed parts (0 = all passed).
+# ddp.txt/ddp.json, summary.txt. Exit status: number of failed parts (0 = all passed).
 # Smoke test without a GPU: GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 bash bench/gpu_check.sh /tmp/gc
 #   (GPU_CHECK_NOTEBOOKS=0 skips part (b); PYTHON picks the interpreter.)
 set -u -o pipefail
@@ -21,7 +24,7 @@ QUICK="${GPU_CHECK_QUICK:-0}"
 NOTEBOOKS="${GPU_CHECK_NOTEBOOKS:-1}"
 PY="${PYTHON:-python}"
 # per-part time limits; a CPU smoke run on a busy machine gets more room
-if [ "$DEVICE" = "cpu" ]; then T_AMP=1200; T_EXACT=1200; else T_AMP=180; T_EXACT=240; fi
+if [ "$DEVICE" = "cpu" ]; then T_AMP=1200; T_EXACT=1200; T_DDP=1200; else T_AMP=180; T_EXACT=240; T_DDP=240; fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT" || exit 99
@@ -68,6 +71,20 @@ if timeout "$T_EXACT" "$PY" bench/resume_exact.py --device "$DEVICE" --determini
   log "(c) ok: $(tail -n 1 "$OUT/resume_exact.txt")"
 else
   log "(c) FAILED (exit $?): $(tail -n 3 "$OUT/resume_exact.txt" | tr '\n' ' ')"; failures=$((failures + 1))
+fi
+
+# (d) torchrun, one process per GPU (NCCL); on a CPU smoke run 2 processes with gloo: ~1 minute
+if [ "$DEVICE" = "cuda" ]; then
+  NPROC=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
+else
+  NPROC=2
+fi
+log "(d) torchrun --nproc-per-node $NPROC on $DEVICE: run, SIGKILL + --resume, SIGTERM to one rank + --resume"
+if timeout "$T_DDP" "$PY" bench/ddp_check.py --device "$DEVICE" --nproc "$NPROC" --deterministic \
+     --json "$OUT/ddp.json" > "$OUT/ddp.txt" 2>&1; then
+  log "(d) ok: $(tail -n 1 "$OUT/ddp.txt")"
+else
+  log "(d) FAILED (exit $?): $(grep FAIL "$OUT/ddp.txt" | head -n 3 | tr '\n' ' ')"; failures=$((failures + 1))
 fi
 
 # (b) every solution notebook under nbval on the GPU, with the time left (8 minutes in all)

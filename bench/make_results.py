@@ -55,6 +55,15 @@ def grading_notes(d: dict) -> list[str]:
     return notes
 
 
+def ddp_notes(d: dict) -> list[str]:
+    return [f"Two processes of one thread reach {100 * d['efficiency']:.0f}% of the ideal (twice one process of one "
+            f"thread): {d['speedup_2_processes']:.2f}x one process, against {d['speedup_2_threads']:.2f}x for one "
+            "process with two threads. The gap to the ideal is the gradient all-reduce over loopback (gloo), the "
+            "script's per-step agreements (global loss, stop flag, rank 0's decisions), waiting for the slower rank, "
+            "and two processes sharing memory bandwidth and a machine that runs other work. On GPUs the same script "
+            "uses NCCL (`bash bench/gpu_check.sh`, part d)."]
+
+
 sections = [
     section("1. Overhead of the professional loop (`bench/overhead.py`)", load("overhead"), "python bench/overhead.py",
             overhead_notes(load("overhead")) if load("overhead") else []),
@@ -80,6 +89,8 @@ sections = [
              "command. The budget is 10 minutes for the suite and 90 s per notebook."]),
     section("6. Cost of the grading sandbox (`bench/grading.py`)", load("grading"), "python bench/grading.py",
             grading_notes(load("grading")) if load("grading") else []),
+    section("7. Data parallel on the CPU (`bench/ddp.py`)", load("ddp"), "python bench/ddp.py",
+            ddp_notes(load("ddp")) if load("ddp") else []),
 ]
 header = ["# Performance", "",
           "Every table is the verbatim output of the command above it (also in `bench/results/<name>.json`); the scripts "

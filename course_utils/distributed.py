@@ -42,7 +42,8 @@ Example::
     name = broadcast(newest_checkpoint_name() if world.is_main else None)
     ...                                             # every rank loads `name`, then:
     ddp_model = DistributedDataParallel(model)      # rank 0's weights copied to every rank
-    seed_rank(seed, world.rank, step)               # then each rank its own random stream
+    if world.rank > 0:
+        seed_rank(seed, world.rank)                 # then each rank its own random stream
     while not any_rank(stop.requested):             # SIGTERM on any rank stops them all here
         ...
     teardown(world)
@@ -263,8 +264,9 @@ def seed_rank(seed: int, rank: int, step: int = 0) -> None:
     """Seed every generator of this process (python, numpy, torch, CUDA) with ``rank_seed(seed, rank, step)``.
 
     Call it after the model is built (every rank builds it from the same seed, so the initial weights
-    agree) and before the first step. ``step``: where the stream starts, for a rank that joins a resumed
-    run and has no saved state (the number of processes grew).
+    agree) and before the first step. Rank 0 may simply keep the stream ``set_seed(seed)`` started: a
+    one-process torchrun job then computes exactly what a plain run does. ``step``: where the stream
+    starts, for a rank that joins a resumed run and has no saved state (the number of processes grew).
     """
     from course_utils.repro import set_seed
     set_seed(rank_seed(seed, rank, step))

@@ -24,7 +24,9 @@ What goes wrong without the rules below is what people actually do:
   into a flag the loop checks at a step boundary, so the run saves and exits cleanly.
 
 Only the standard library is imported here: a script can claim its folder and check its
-config in milliseconds, before it imports torch.
+config in milliseconds, before it imports torch. Under torchrun only rank 0 claims the
+folder and writes ``status.json`` and ``config.json`` (``course_utils.distributed.World``
+tells a process its rank before torch is imported); the other ranks write nothing.
 
 Example::
 

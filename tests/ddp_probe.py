@@ -30,8 +30,8 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course_utils.checkpoint import restore_training_state, training_state  # noqa: E402
 from course_utils.data import rank_share  # noqa: E402
-from course_utils.distributed import (RanksDisagree, World, any_rank, average, broadcast, from_main, gather,  # noqa: E402
-                                      gather_rng_states, same_on_all_ranks, seed_rank, setup, teardown)
+from course_utils.distributed import (RanksDisagree, World, any_rank, average, broadcast, from_main,  # noqa: E402
+                                      gather, gather_rng_states, same_on_all_ranks, seed_rank, setup, teardown)
 from course_utils.repro import set_seed  # noqa: E402
 
 SEED = 0

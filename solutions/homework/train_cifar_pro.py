@@ -104,7 +104,7 @@ def build_parser() -> Parser:
                    help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
-    p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: which samples each step used
+    p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
     return p
 
 
@@ -165,8 +165,9 @@ from course_utils.checkpoint import (CheckpointManager, CorruptCheckpointError, 
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
                                take_fraction)
-from course_utils.distributed import (RanksDisagree, any_rank, average, broadcast, from_main, gather,  # noqa: E402
-                                      gather_rng_states, same_on_all_ranks, seed_rank, setup, teardown)
+from course_utils.distributed import (RanksDisagree, any_rank, average, backend_for, broadcast,  # noqa: E402
+                                      from_main, gather, gather_rng_states, same_on_all_ranks, seed_rank, setup,
+                                      teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.env import pick_device  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
@@ -325,7 +326,8 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
     if steps_per_epoch == 0:
         raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
     if args.batch_size < world.size:
-        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:每个进程至少要分到 1 个样本")
+        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
+                      "每个进程至少要分到 1 个样本")
     if main:  # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
         test_ds = take_fraction(load_cifar10(False), args.data_fraction)
         test_loader = make_loader(test_ds, 512, shuffle=False, num_workers=args.workers)
@@ -406,7 +408,8 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
             monitor.load_state_dict(state["extra"]["monitor"])
         print(f"device={device} amp={amp_dtype or 'off'} steps={total_steps} ({steps_per_epoch}/epoch) "
               f"train={len(train_ds)} test={len(test_ds)} source={train_ds.source}"
-              + (f" processes={world.size} (每个进程约 {args.batch_size // world.size} 个样本/步)" if world.launched else ""))
+              + (f" processes={world.size} backend={backend_for(device)} (每个进程约 {args.batch_size // world.size}"
+                 " 个样本/步)" if world.launched else ""))
 
     last_saved = step if found else None
 
@@ -447,7 +450,8 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
             loader = make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=position,
                                  num_workers=args.workers, drop_last=True, pin_memory=device.type == "cuda",
                                  rank=world.rank, world_size=world.size)  # this rank's share of each global batch
-            batches, shares = stop.iterate(loader), iter(loader.batch_sampler)
+            batches = stop.iterate(loader)
+            shares = iter(loader.batch_sampler) if args.sample_ledger else None  # the indices of those batches
         x, y = next(batches)
         result = train_step(ddp_model, x, y, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema,
                             device=device, amp_dtype=amp_dtype, clip=args.clip,
@@ -510,6 +514,7 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
             print(message)
     teardown(world)  # every rank waits until rank 0 has written status.json, then leaves the process group
     return exit_code
+
 
 def failed(run: RunFolder | None, message: str, world: World) -> int:
     """Say what went wrong and what is still safe on one line; leave status.json saying "failed" (rank 0)."""
