@@ -254,6 +254,18 @@ def rank_batch(n, global_batch, seed, epoch, step, rank, world_size):
     assert "✅" in capsys.readouterr().out
 
 
+def test_solution_matches_the_course_rule(pairs):
+    """The notebook's answer gives each rank the share course_utils.data (the professional script) gives it."""
+    from course_utils.data import epoch_order, rank_share
+    solution = run_source(pairs["rank_batch"][0])["rank_batch"]
+    for n, b, w in ((47, 12, 2), (29, 11, 4)):
+        order = epoch_order(n, 3, 1)
+        for step in range(-(-n // b)):
+            batch = order[step * b:(step + 1) * b]
+            for rank in range(w):
+                assert solution(n, b, 3, 1, step, rank, w) == batch[rank_share(len(batch), rank, w)].tolist()
+
+
 def test_checks_are_deterministic_and_leave_the_generators_alone():
     import torch
     for name, (check, answers) in EXERCISES.items():
@@ -286,9 +298,17 @@ def launcher() -> dict:
     shutil.rmtree(namespace["WORK"], ignore_errors=True)
 
 
-def _alive(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-            "Z" not in open(f"/proc/{pid}/stat").read().split(") ")[-1][:1]]
+def _children() -> set[int]:
+    """Live (not zombie) child processes of this test process."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        if f"PPid:\t{os.getpid()}\n" in status and "State:\tZ" not in status:
+            found.add(int(entry.name))
+    return found
 
 
 def _rank_fails(rank, world_size):
@@ -301,11 +321,10 @@ def _rank_fails(rank, world_size):
 def test_launcher_reports_a_failed_rank_and_stops_the_others(launcher):
     if launcher["CTX"] is None:
         pytest.skip("no fork on this platform")
+    before = _children()
     with pytest.raises(RuntimeError, match=r"rank 1 出错\(退出码 1\)(?s:.*)rank 1 gives up"):
         launcher["run_ranks"](_rank_fails, timeout=60)
-    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                and f"PPid:\t{os.getpid()}\n" in open(f"/proc/{p.name}/status").read()]
-    assert _alive(children) == []
+    assert _children() - before == set()
 
 
 def _rank_hangs(rank, world_size):
