@@ -148,11 +148,11 @@ class _HashingWriter:
     during the ``write`` call, so hashing it in parallel means joining before every return, and
     on a busy machine those joins make the two threads take turns. Reading back lets the writer
     run ahead and the hash finish during the final fsync; it hashes exactly what the file holds,
-    with one 8 MB buffer, never a copy of the checkpoint. ``torch.save`` turns an error raised in
+    with one 1 MB buffer, never a copy of the checkpoint. ``torch.save`` turns an error raised in
     ``write`` into a ``RuntimeError`` without the cause: the first one is kept in ``error``.
     """
 
-    CHUNK = 8 << 20
+    CHUNK = 1 << 20
 
     def __init__(self, file: io.FileIO) -> None:
         self.file, self.error = file, None
