@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
-from course_utils.distributed import World
+from course_utils.distributed import World, leave
 from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSignal, config_changes, holds_run,
                                     read_status)
 
@@ -272,10 +272,10 @@ def pick_rank_device(spec: str, world: World) -> torch.device:
         raise Refused(f"--device {spec}: {exc}") from None
     if world.launched and device.type == "mps":
         raise Refused("多进程训练需要 CUDA(NCCL)或 CPU(gloo);MPS 不支持,请用 --device cpu")
-    if world.launched and device.type == "cuda" and world.local_size > 1:
-        if device.index is not None:
+    if world.launched and device.type == "cuda":  # an explicit index only with one process per machine
+        if device.index is not None and world.local_size > 1:
             raise Refused(f"--device {spec}: torchrun 下每个进程用 cuda:LOCAL_RANK;请用 --device cuda 或 auto")
-        device = torch.device("cuda", world.local_rank)
+        device = torch.device("cuda", world.local_rank if device.index is None else device.index)
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise Refused(f"--device {spec}: 这台机器只有 {torch.cuda.device_count()} 个 CUDA GPU"
                       + (f",--nproc-per-node {world.local_size} 太多" if world.local_size > 1 else ""))
@@ -553,9 +553,10 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, save
             traceback.print_exc()
             return failed(run, f"{type(exc).__name__}: {exc}", world)
 
+
 if __name__ == "__main__":
     exit_code = main(*STARTED)
     # status.json is written: a late SIGTERM must not kill the interpreter while it shuts down
     # (exit status -15, unflushed output); blocked, it is simply dropped at exit
     signal.pthread_sigmask(signal.SIG_BLOCK, StopSignal.SIGNALS)
-    sys.exit(exit_code)
+    leave(STARTED[-1], exit_code)  # sys.exit; under torchrun without the interpreter's shutdown (see leave)
