@@ -114,14 +114,14 @@ class RanksDisagree(RuntimeError):
 
 
 def backend_for(device: "torch.device | str") -> str:
-    """The process-group backend for ``device``: NCCL for CUDA tensors, gloo for CPU tensors.
+    """The process-group backend for ``device``: NCCL between GPUs, gloo between CPU processes.
 
-    On a GPU both are registered (``"cpu:gloo,cuda:nccl"``): gradients travel over NCCL, while
-    the small CPU-side agreements (flags, a file name, RNG states) go over gloo without waiting
-    for the GPU.
+    With NCCL every collective runs on the GPU, the small agreements of this module too (a flag
+    becomes a one-element CUDA tensor; reading it back waits for the GPU, about as long as the
+    finiteness check the training step already does).
     """
     kind = getattr(device, "type", str(device).split(":")[0])
-    return "cpu:gloo,cuda:nccl" if kind == "cuda" else "gloo"
+    return "nccl" if kind == "cuda" else "gloo"
 
 
 def setup(world: World, device: "torch.device") -> None:
@@ -176,7 +176,7 @@ def _group() -> Any:
 
 
 def _flags_device(dist: Any) -> str:
-    """Where the small agreement tensors live: on the CPU unless the group only speaks NCCL."""
+    """Where the small agreement tensors live: the current GPU under NCCL (it moves CUDA tensors only), else the CPU."""
     return "cuda" if dist.get_backend() == "nccl" else "cpu"
 
 

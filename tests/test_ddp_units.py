@@ -101,7 +101,7 @@ def test_single_process_fallbacks():
     distributed.setup(World(), torch.device("cpu"))  # a plain run: no process group
     assert not torch.distributed.is_initialized()
     assert distributed.backend_for(torch.device("cpu")) == "gloo"
-    assert distributed.backend_for(torch.device("cuda", 1)) == "cpu:gloo,cuda:nccl"
+    assert distributed.backend_for(torch.device("cuda", 1)) == "nccl"
 
 
 def test_rank_seed_separates_ranks_and_runs():
