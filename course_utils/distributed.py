@@ -46,7 +46,8 @@ Example::
         seed_rank(seed, world.rank)                 # then each rank its own random stream
     while not any_rank(stop.requested):             # SIGTERM on any rank stops them all here
         ...
-    teardown(world)
+    teardown(world)                                 # wait for rank 0's last write, leave the group
+    leave(world, exit_code)                         # sys.exit, or os._exit under torchrun (see leave)
 
 Taught in ``11_multi_process``.
 """
