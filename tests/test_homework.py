@@ -151,7 +151,15 @@ def test_a_failed_check_leaves_no_process_behind(tmp_path):
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. a wandb service of another test
     with pytest.raises(CheckFailed, match="在 step 3 结束"):
         homework.check_config(fake_train(tmp_path, bug="max_steps_inner_loop"))
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(new, timeout=5)  # a killed process may still be on its way out
+    left = []
+    for p in alive:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                left.append((p.pid, " ".join(p.cmdline())[:200]))
+        except psutil.NoSuchProcess:
+            pass
     assert left == []
 
 
