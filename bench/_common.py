@@ -62,6 +62,8 @@ def machine_info(device: Any = None) -> dict[str, Any]:
     """Where and when the numbers were measured (goes into every JSON file and table header)."""
     import torch
 
+    from course_utils.env import cpu_bf16_instructions
+
     info: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(),
@@ -69,6 +71,7 @@ def machine_info(device: Any = None) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "cpu_bf16_instructions": cpu_bf16_instructions(),
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "command": " ".join([Path(sys.executable).name, *[_rel(a) for a in sys.argv]]),
     }

@@ -81,6 +81,39 @@ def grading_notes(d: dict) -> list[str]:
     return notes
 
 
+def amp_notes(d: dict) -> list[str]:
+    bf16 = d["machine"].get("cpu_bf16_instructions")
+    has = {True: "has", False: "has no", None: "may or may not have"}[bf16]
+    ratios = [r["speedup_vs_fp32"] for r in d["speed"] if r.get("dtype") == "bf16" and "speedup_vs_fp32" in r]
+    if ratios and all(r > 1 for r in ratios):
+        speed = f"bf16 autocast was faster than fp32 on every model here ({', '.join(f'{r:.2f}x' for r in ratios)})"
+    elif ratios and all(r < 1 for r in ratios):
+        speed = f"bf16 autocast was slower than fp32 on every model here ({', '.join(f'{r:.2f}x' for r in ratios)})"
+    else:
+        speed = f"bf16 autocast vs fp32 here: {', '.join(f'{r:.2f}x' for r in ratios)}"
+    return [f"This CPU {has} bf16 matrix instructions (AVX512-BF16/AMX, from /proc/cpuinfo); {speed}. Whether "
+            "autocast pays on a CPU depends on those instructions and on the model, so `--amp auto` means off on "
+            "CPU: measure first, then turn it on explicitly. The memory column is process RSS growth, a weak proxy "
+            "(the allocator reuses memory), not an allocator peak. The second table holds on any device: without a "
+            "GradScaler, fp16 gradients of a small loss underflow to zero and the step changes no weight.",
+            "", "### GPU", "",
+            "Not run yet (no GPU was available): `bash bench/gpu_check.sh` on a CUDA machine writes the same AMP table "
+            "with `torch.cuda.max_memory_allocated`, runs every solution notebook under nbval and the deterministic "
+            "kill-and-resume check, into `bench/results/gpu_check/`."]
+
+
+def threads_notes(d: dict) -> list[str]:
+    many = d["cores"]
+    notes = []
+    for label, seconds in d["seconds"].items():
+        ratio = statistics.median(seconds[str(many)]) / statistics.median(seconds["1"])
+        faster = "faster" if ratio < 1 else "slower"
+        notes.append(f"{label}: {many} threads took {ratio:.2f}x the time of 1 thread ({faster})")
+    return ["; ".join(notes) + ". `course_utils.env.configure_cpu_threads` leaves one core free (cores - 1 "
+            "threads) for the notebooks and tests: the notebook server, DataLoader workers, a second kernel or a "
+            "second pytest worker take a core, and torch's OpenMP threads wait for each other at every operation."]
+
+
 def ddp_notes(d: dict) -> list[str]:
     runs = d["samples_per_sec"]
     one = statistics.median(runs["1 process x 1 thread"])
@@ -104,21 +137,17 @@ sections = [
             ["Start-up is dominated by importing torch and building the data; finding, verifying and loading the "
              "checkpoint adds the difference between the two rows."]),
     section("4. AMP on this device (`bench/amp.py`)", load("amp_cpu"), "python bench/amp.py",
-            ["On a CPU without bf16/fp16 matrix units (no AVX512-BF16/AMX) autocast only adds casts, so fp32 is fastest "
-             "there; that is why `--amp auto` means off on CPU. The memory column is process RSS growth, a weak proxy "
-             "(the allocator reuses memory), not an allocator peak. The second table holds on any device: without a "
-             "GradScaler, fp16 gradients of a small loss underflow to zero and the step changes no weight.",
-             "", "### GPU", "",
-             "Not run yet (no GPU was available): `bash bench/gpu_check.sh` on a CUDA machine writes the same AMP table "
-             "with `torch.cuda.max_memory_allocated`, runs every solution notebook under nbval and the deterministic "
-             "kill-and-resume check, into `bench/results/gpu_check/`."]),
+            amp_notes(load("amp_cpu")) if load("amp_cpu") else []),
     section("5. Test-suite time (`bench/suite_time.py`)", load("suite_time"), "python bench/suite_time.py",
             ["Seconds per test file or notebook (nbval: one notebook = one file), from one run of the README's test "
-             "command. The budget is 10 minutes for the suite and 90 s per notebook."]),
+             "command in its two pytest-xdist workers (so the sum is more than the wall time). Budgets on a quiet "
+             "2-core machine: 8 minutes for `pytest`, 2 minutes for `pytest -m \"not slow\"`, 90 s per notebook."]),
     section("6. Cost of the grading sandbox (`bench/grading.py`)", load("grading"), "python bench/grading.py",
             grading_notes(load("grading")) if load("grading") else []),
     section("7. Data parallel on the CPU (`bench/ddp.py`)", load("ddp"), "python bench/ddp.py",
             ddp_notes(load("ddp")) if load("ddp") else []),
+    section("8. CPU threads (`bench/threads.py`)", load("threads"), "python bench/threads.py",
+            threads_notes(load("threads")) if load("threads") else []),
 ]
 header = ["# Performance", "",
           "Every table is the verbatim output of the command above it (also in `bench/results/<name>.json`); the scripts "

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["is_fast", "by_size", "pick_device", "usable_cores", "configure_cpu_threads", "device_name", "supports_bf16", "environment_rows",
-           "environment_table"]
+__all__ = ["is_fast", "by_size", "pick_device", "usable_cores", "configure_cpu_threads", "device_name", "supports_bf16",
+           "cpu_bf16_instructions", "environment_rows", "environment_table"]
 
 
 T = TypeVar("T")
@@ -101,6 +101,21 @@ def supports_bf16(device: torch.device) -> bool:
     if device.type == "cpu":
         return True  # supported by autocast; speed depends on the CPU (AVX512-BF16/AMX)
     return device.type == "mps"
+
+
+def cpu_bf16_instructions() -> bool | None:
+    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16); None if unknown.
+
+    Why: bf16 autocast on a CPU can only beat fp32 with them; without them every op pays the
+    casts and computes at fp32 speed. Read from ``/proc/cpuinfo`` (Linux); elsewhere unknown.
+    Pitfall: having them does not make autocast faster for every model: measure (``01_amp`` §6).
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return None
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
 
 
 def environment_rows(device: torch.device | None = None) -> list[tuple[str, str]]:
