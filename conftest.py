@@ -3,6 +3,9 @@
 Set before any kernel starts, so notebook kernels inherit them.
 """
 import os
+from pathlib import Path
+
+import pytest
 
 from course_tools.claims import STRICT_ENV
 from course_tools.quiet import quiet_environ
@@ -11,7 +14,56 @@ os.environ.update(quiet_environ())  # small sizes, same code path; wandb offline
 os.environ.update(STRICT_ENV)       # a notebook sentence contradicted by its own output fails the run
 
 
+def _share_the_cpu() -> None:
+    """Split the workbook's CPU thread policy (cores - 1) among pytest-xdist's workers.
+
+    Exported as ``OMP_NUM_THREADS``, so the notebook kernels, the training scripts and the learner
+    scripts the checks start follow it too (``configure_cpu_threads`` honours it). Without it a
+    script on torch's default (one thread per core) next to the other worker's run slows down
+    about fourfold: its OpenMP threads wait for each other at every operation (``bench/threads.py``).
+    A value the caller set is kept.
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return
+    from course_utils.env import usable_cores
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (usable_cores() - 1) // workers))
+
+
+_share_the_cpu()
+
+# Notebooks that start training processes (04's kill-and-resume runs, 10's homework scripts, 11's
+# torchrun jobs): like the tests marked slow, they stay out of the quick loop `pytest -m "not slow"`.
+SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "10_homework.ipynb", "11_multi_process.ipynb"}
+
+
 def pytest_configure(config):
     """The tests run checks and small trainings in this process: same CPU thread policy as the notebooks."""
     from course_utils.env import configure_cpu_threads
     configure_cpu_threads()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the notebooks' slow marks must be there
+def pytest_collection_modifyitems(session, config, items):
+    """Longest files first, so that pytest-xdist's two workers (``-n 2 --dist loadfile`` in pyproject)
+    finish together instead of one waiting for the other's last kill test.
+
+    A file's cost is guessed from what it holds: files with end-to-end tests (``slow``) first, then the
+    notebooks (each one kernel, cell after cell), then the unit tests. The order inside a file is kept.
+    """
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb" and path.parent.name == "solutions" and path.name in SLOW_NOTEBOOKS:
+            item.add_marker(pytest.mark.slow)
+
+    def rank(item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if str(item.fspath).endswith(".ipynb") else 2
+
+    first_rank: dict[str, int] = {}
+    for item in items:
+        path = str(item.fspath)
+        first_rank[path] = min(first_rank.get(path, 2), rank(item))
+    position = {path: i for i, path in enumerate(dict.fromkeys(str(item.fspath) for item in items))}
+    items.sort(key=lambda item: (first_rank[str(item.fspath)], position[str(item.fspath)]))

@@ -2,7 +2,8 @@
 # GPU checks for chapter 0.4, one script, under 8 minutes on a CUDA machine.
 #   (a) AMP table on the GPU: fp32/bf16/fp16 speed + torch.cuda.max_memory_allocated, and
 #       fp16 without a GradScaler (gradients underflow to zero, weights stop updating)
-#   (b) every solution notebook under nbval on the GPU: python -m pytest solutions/ -q
+#   (b) every solution notebook under nbval on the GPU: python -m pytest solutions/ -q -n 0
+#       (one notebook at a time: a second one on the same GPU would skew the AMP timings)
 #   (c) kill-and-resume exactness with the determinism switch on (SIGKILL + --resume,
 #       per-step losses compared exactly)
 #   (d) the professional script under torchrun with NCCL, one process per GPU (a single GPU still
@@ -92,7 +93,7 @@ if [ "$NOTEBOOKS" = "1" ]; then
   left=$(( 470 - ($(date +%s) - START) ))
   [ "$left" -lt 60 ] && left=60
   log "(b) python -m pytest solutions/ -q on $DEVICE (timeout ${left}s)"
-  if CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" timeout "$left" "$PY" -m pytest solutions/ -q \
+  if CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" timeout "$left" "$PY" -m pytest solutions/ -q -n 0 \
        --junitxml="$OUT/notebooks.xml" > "$OUT/notebooks.txt" 2>&1; then
     log "(b) ok: $(tail -n 1 "$OUT/notebooks.txt")"
   else

@@ -18,5 +18,5 @@ rm -rf .whl && mkdir -p .whl
 "$PY" -m pip download -q --only-binary=:all: --python-version "${GPU_PYTHON:-3.12}" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform manylinux1_x86_64 --platform any -d .whl \
-  "nbval==0.11.0" "ipykernel>=6.29" "nbclient>=0.10" "nbformat>=5.9" "ipywidgets>=8.1"
+  "nbval==0.11.0" "pytest-xdist>=3.5" "ipykernel>=6.29" "nbclient>=0.10" "nbformat>=5.9" "ipywidgets>=8.1"
 echo "$(ls .whl | wc -l) wheels, $(du -sh .whl | cut -f1) in .whl/"

@@ -1,12 +1,15 @@
-"""Test-suite time per file: runs pytest once with a JUnit XML report and sums the time per file.
+"""Test-suite time per file, against the budgets: the README's `pytest` under 8 minutes and the
+quick loop `pytest -m "not slow"` under 2 minutes on a quiet 2-core machine; exits 1 on a miss.
 
-Each notebook under nbval is one file (its cells are the test cases); each tests/*.py is
-one file. Prints the files slowest first with test counts and outcomes, plus pytest's own
-wall time, and writes bench/results/suite_time.json.
+Runs pytest with a JUnit XML report and sums the time per file (each notebook under nbval is one
+file, its cells the test cases; each tests/*.py is one file). The suite runs in two pytest-xdist
+workers (pyproject's addopts), so the per-file sum is larger than the wall time. Prints the files
+slowest first with test counts and outcomes, pytest's wall time, and writes
+bench/results/suite_time.json.
 
-    python bench/suite_time.py                       # the whole suite (tests/ and solutions/)
-    python bench/suite_time.py tests/                # any pytest arguments
-    python bench/suite_time.py solutions/01_*.ipynb
+    python bench/suite_time.py                       # the whole suite, then -m "not slow"
+    python bench/suite_time.py --no-quick            # the whole suite only
+    python bench/suite_time.py tests/                # any pytest arguments (no budget check)
 """
 from __future__ import annotations
 
@@ -57,36 +60,62 @@ def summarize(xml_path: Path) -> list[dict]:
     return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
 
 
+SUITE_BUDGET_S = 480.0   # the README's `pytest` (issue 15: under 8 minutes)
+QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"` (under 2 minutes)
+
+
+def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None]:
+    """One pytest run: wall seconds, exit code, its last line, per-file rows (None without a report)."""
+    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}", *pytest_args]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ}, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        if not xml.exists():
+            print(proc.stdout[-3000:], proc.stderr[-3000:])
+            return wall, proc.returncode or 1, last, None
+        return wall, proc.returncode, last, summarize(xml)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pytest_args", nargs="*", help="passed to pytest (default: the configured testpaths)")
+    p.add_argument("--no-quick", action="store_true", help='skip the `pytest -m "not slow"` run')
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     info = machine_info()
     print(header(info))
-    with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
-        xml = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}",
-               *args.pytest_args]
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ}, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if not xml.exists():
-            print(proc.stdout[-3000:], proc.stderr[-3000:])
-            return proc.returncode or 1
-        rows = summarize(xml)
+    wall, code, last, rows = timed_run(args.pytest_args)
+    if rows is None:
+        return code
     total = sum(r["seconds"] for r in rows)
     text = format_table([[r["file"], r["seconds"], r["tests"], r["failed"], r["skipped"]] for r in rows]
                         + [["total (sum of test times)", total, sum(r["tests"] for r in rows),
                             sum(r["failed"] for r in rows), sum(r["skipped"] for r in rows)]],
                         ["file", "seconds", "tests", "failed", "skipped"])
-    text += f"\n\npytest wall time {wall:.1f} s (exit {proc.returncode}): {proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ''}"
+    text += f"\n\npytest wall time {wall:.1f} s (exit {code}): {last}"
+    checks = []
+    if not args.pytest_args:
+        checks.append(("pytest", wall, SUITE_BUDGET_S, code))
+        if not args.no_quick:
+            quick_wall, quick_code, quick_last, _ = timed_run(["-m", "not slow"])
+            text += f'\npytest -m "not slow" wall time {quick_wall:.1f} s (exit {quick_code}): {quick_last}'
+            checks.append(('pytest -m "not slow"', quick_wall, QUICK_BUDGET_S, quick_code))
+    for name, seconds, budget, exit_code in checks:
+        ok = seconds <= budget and exit_code == 0
+        text += f"\n{name}: {seconds:.0f} s, budget {budget:.0f} s, exit {exit_code} -> {'OK' if ok else 'MISSED'}"
     print()
     print(text)
+    missed = any(seconds > budget or exit_code for _, seconds, budget, exit_code in checks)
     path = write_json("suite_time", {"machine": info, "pytest_args": args.pytest_args, "files": rows,
-                                     "wall_s": wall, "exit_code": proc.returncode, "table": text}, args.json)
+                                     "wall_s": wall, "exit_code": code, "budgets": [
+                                         {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c}
+                                         for n, s_, b, c in checks],
+                                     "passed": not missed, "table": text}, args.json)
     print(f"\nJSON: {path}")
-    return 0
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
