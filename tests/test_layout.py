@@ -85,3 +85,13 @@ def test_each_helper_says_where_it_is_taught(name):
     assert "Taught in ``" in doc, f"{name}: the module docstring must name the notebook that teaches it"
     for notebook in {w.strip("`") for w in doc.split() if w.startswith("``") and w[2:4].isdigit()}:
         assert list((ROOT / "solutions").glob(notebook.split("``")[0] + "*.ipynb")), (name, notebook)
+
+
+def test_slow_notebooks_exist_and_are_left_out_of_the_quick_loop():
+    """A renamed notebook must not silently rejoin `pytest -m "not slow"` (conftest.SLOW_NOTEBOOKS)."""
+    import conftest
+    assert conftest.SLOW_NOTEBOOKS and all((ROOT / "solutions" / name).is_file() for name in conftest.SLOW_NOTEBOOKS)
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", "not slow",
+                          "solutions"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    collected = {line.split("::")[0].rsplit("/", 1)[-1] for line in out.stdout.splitlines() if "::" in line}
+    assert collected and not collected & conftest.SLOW_NOTEBOOKS, out.stdout[-2000:]
