@@ -11,12 +11,14 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
 from tests.notebook_cells import ROOT
@@ -68,6 +70,16 @@ def train_losses(out: Path) -> list[tuple[int, float]]:
 def last_step(out: Path) -> int:
     records = train_records(out)
     return records[-1]["step"] if records else 0
+
+
+def newest_checkpoint(out: Path) -> int:
+    """The step of the newest checkpoint in ``out/checkpoints`` that passes its checksum (0: none)."""
+    if not (out / "checkpoints").exists():
+        return 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = CheckpointManager(out / "checkpoints").load_latest()
+    return found.state["step"] if found else 0
 
 
 def wait_for_step(proc: subprocess.Popen, out: Path, step: int, timeout: float = 180) -> int:

@@ -22,16 +22,16 @@ import subprocess
 import sys
 import time
 import uuid
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from course_utils.checkpoint import CheckpointManager, load_verified
+from course_utils.checkpoint import load_verified
 from course_utils.data import epoch_order, load_cifar10, take_fraction
 from course_utils.monitor import read_metrics
-from tests.pro_runs import SCRIPT, STEPS_PER_EPOCH, TINY, finish, status, train_losses, train_records
+from tests.pro_runs import (SCRIPT, STEPS_PER_EPOCH, TINY, finish, newest_checkpoint, status, train_losses,
+                             train_records)
 
 pytestmark = pytest.mark.slow
 TOTAL = 2 * STEPS_PER_EPOCH  # 30 steps: 2 epochs of 15 global batches of 32 (16 per process)
@@ -85,15 +85,6 @@ def kill_job(proc: subprocess.Popen, job: str) -> int:
         time.sleep(0.05)
     assert not alive, f"processes of the killed job survived: {alive}"
     return len(frozen)
-
-
-def newest_checkpoint(out: Path) -> int:
-    if not (out / "checkpoints").exists():
-        return 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        found = CheckpointManager(out / "checkpoints").load_latest()
-    return found.state["step"] if found else 0
 
 
 def incomplete_saves(out: Path) -> set[str]:

@@ -22,13 +22,11 @@ from __future__ import annotations
 import random
 import signal
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
-from course_utils.checkpoint import CheckpointManager
-from tests.pro_runs import TINY, run_all, start, train_losses
+from tests.pro_runs import TINY, newest_checkpoint, run_all, start, train_losses
 
 pytestmark = pytest.mark.slow
 # 2 epochs of 15 steps; 2 DataLoader workers; a checkpoint every 5 steps; a flush every 3
@@ -37,16 +35,6 @@ ARGS = [*TINY, "--epochs", "2", "--ckpt-every-steps", "5", "--log-every", "3", "
 # resumes from a checkpoint (a real rewrite of metrics.jsonl, a real first flush after it).
 PLAN = {"a": ("after a save", "after the rewrite", "during a save", "first flush", "start-up"),
         "b": ("after a save", "random", "start-up", "during a save", "after the rewrite")}
-
-
-def newest_checkpoint(out: Path) -> int:
-    """The step of the newest checkpoint that passes its checksum (0: none)."""
-    if not (out / "checkpoints").exists():
-        return 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        found = CheckpointManager(out / "checkpoints").load_latest()
-    return found.state["step"] if found else 0
 
 
 def trigger(strategy: str, out: Path, proc, resumed_from: int, rng: random.Random):
