@@ -49,9 +49,9 @@ def old_style_save(state: dict, path) -> None:
 
 
 # ---------------------------------------------------------------- save
-@pytest.mark.parametrize("chunk", [checkpoint._HashingWriter.CHUNK, 1000])
-def test_streamed_save_hashes_exactly_the_file(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr(checkpoint._HashingWriter, "CHUNK", chunk)  # 1000: the hash reads back in many pieces
+@pytest.mark.parametrize("parallel_min", [checkpoint._HashingWriter.PARALLEL_MIN, 1])
+def test_streamed_save_hashes_exactly_the_file(tmp_path, monkeypatch, parallel_min):
+    monkeypatch.setattr(checkpoint._HashingWriter, "PARALLEL_MIN", parallel_min)  # 1: every write in the helper
     path = tmp_path / "a.pt"
     digest = save_verified(tiny_state(), path)
     assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
