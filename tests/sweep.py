@@ -1,4 +1,5 @@
-"""The slow 50-seed sweeps of the exercise checks (issue 13 item 4): seeds and thread policy.
+"""Reproducible verdicts of the exercise checks (issue 13 item 4): the slow 50-seed sweeps, and
+the same failure message on every run.
 
 Each check takes a ``seed`` argument; a sweep runs it with ``SWEEP_SEEDS`` on the right
 answer and on every typical wrong answer and expects the same verdicts as with the
@@ -6,8 +7,12 @@ default seed, proving the fixed cases are not lucky.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 import torch
+
+from course_tools.checks import CheckFailed
 
 from course_utils.env import configure_cpu_threads
 
@@ -25,3 +30,14 @@ def workbook_threads():
     configure_cpu_threads(torch.device("cpu"))
     yield
     torch.set_num_threads(before)
+
+
+def failure_twice(check: Callable[..., Any], *args: Any) -> str:
+    """Run ``check(*args)`` twice; both runs must fail with the same message, which is returned."""
+    messages = []
+    for _ in range(2):
+        with pytest.raises(CheckFailed) as info:
+            check(*args)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    return messages[0]

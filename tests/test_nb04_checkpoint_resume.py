@@ -13,6 +13,7 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb04_checkpoint_resume import check_resume_equivalence
 from tests.notebook_cells import exercise_pairs, run_source
+from tests.sweep import failure_twice
 
 NAME = "04_checkpoint_resume.ipynb"
 
@@ -309,12 +310,7 @@ def test_wrong_answers_would_change_the_losses(one_thread):
 
 def test_verdict_is_deterministic():
     save, load = _functions(WRONG["torch RNG only"][0])
-    messages = []
-    for _ in range(2):
-        with pytest.raises(CheckFailed) as info:
-            check_resume_equivalence(save, load)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    failure_twice(check_resume_equivalence, save, load)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb05_reproducibility import check_set_seed
 from tests.notebook_cells import exercise_pairs, run_source
+from tests.sweep import failure_twice
 
 NAME = "05_reproducibility.ipynb"
 
@@ -165,12 +166,7 @@ def test_wrong_answers_fail(name):
 
 def test_verdict_is_deterministic():
     fn = run_source(WRONG["missing numpy"][0])["set_seed"]
-    messages = []
-    for _ in range(2):
-        with pytest.raises(CheckFailed) as info:
-            check_set_seed(fn)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    failure_twice(check_set_seed, fn)
 
 
 def test_check_restores_cuda_seeding_function_and_the_learners_rng():

@@ -14,6 +14,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks import nb06_monitoring as nb06
 from course_tools.checks.nb06_monitoring import check_cases, check_find_spikes, reference_spikes
 from tests.notebook_cells import exercise_pairs, run_source
+from tests.sweep import failure_twice
 
 NAME = "06_monitoring.ipynb"
 
@@ -235,12 +236,7 @@ def test_designed_cases_have_the_answers_they_were_built_for():
 
 def test_verdict_is_deterministic():
     fn = run_source(WRONG["local mean and std"])["find_spikes"]
-    messages = []
-    for _ in range(2):
-        with pytest.raises(CheckFailed) as info:
-            check_find_spikes(fn)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    failure_twice(check_find_spikes, fn)
     assert nb06.WINDOW == 20
 
 

@@ -13,6 +13,7 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb07_single_batch_overfit as checks
 from tests.notebook_cells import exercise_pairs, run_source
+from tests.sweep import failure_twice
 
 NAME = "07_single_batch_overfit.ipynb"
 
@@ -329,12 +330,7 @@ def test_checks_are_deterministic_and_leave_the_global_rng_alone(pairs):
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
-    messages = []
-    for _ in range(2):
-        with pytest.raises(CheckFailed) as info:
-            checks.check_diagnose(_diagnose("final-loss thresholds"))
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    failure_twice(checks.check_diagnose, _diagnose("final-loss thresholds"))
     checks.check_overfit_one_batch(run_source(pairs[0][0])["overfit_one_batch"])
     assert torch.equal(torch.rand(3), expected)
 

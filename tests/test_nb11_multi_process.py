@@ -20,7 +20,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb11_multi_process import check_rank_batch, check_strip_module_prefix
 from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import ROOT, exercise_pairs, run_source
-from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401  (a fixture)
+from tests.sweep import SWEEP_SEEDS, failure_twice, workbook_threads  # noqa: F401  (a fixture)
 
 NAME = "11_multi_process.ipynb"
 
@@ -273,12 +273,7 @@ def test_checks_are_deterministic_and_leave_the_generators_alone():
         torch.manual_seed(5)
         expected = torch.rand(3)
         torch.manual_seed(5)
-        messages = []
-        for _ in range(2):
-            with pytest.raises(CheckFailed) as info:
-                check(fn)
-            messages.append(str(info.value))
-        assert messages[0] == messages[1]
+        failure_twice(check, fn)
         assert torch.equal(torch.rand(3), expected), name
 
 
