@@ -147,8 +147,8 @@ class _HashingWriter:
     bytes, and both finish before ``write`` returns: the memoryview ``torch.save`` passes is valid
     only during the call, and the hash must see the bytes in file order. Small writes (zip
     headers) are hashed inline. Never a copy of the checkpoint, no second pass over the file.
-    Pitfall: hashing by reading the file back behind the writer looks cheaper but the reader and
-    the writer contend in the kernel: measured 2-4x a plain ``torch.save`` at 1.5 GB.
+    Pitfall: the hash must not run after ``write`` returns (torch reuses or frees that memory), so a
+    helper that falls behind would hash garbage; here every large write waits for its hash.
     ``torch.save`` turns an error raised in ``write`` into a ``RuntimeError`` without the cause:
     the first one is kept in ``error``.
     """
