@@ -252,31 +252,23 @@ def _digest_in_background(fd: int) -> Callable[[], str]:
     whole file, so the hash never waits for ``torch.load``'s thread, which takes the GIL
     between its reads. The thread hashes its own duplicate of ``fd``.
     """
-    fd, result = os.dup(fd), {}
+    fd = os.dup(fd)
 
-    def run() -> None:
+    def run() -> str:
         try:
             if os.fstat(fd).st_size == 0:  # mmap refuses an empty file
-                result["digest"] = hashlib.sha256().hexdigest()
-            else:
-                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
-                    if hasattr(mmap, "MADV_SEQUENTIAL"):
-                        view.madvise(mmap.MADV_SEQUENTIAL)
-                    result["digest"] = hashlib.sha256(view).hexdigest()
-        except OSError as exc:
-            result["error"] = exc
+                return hashlib.sha256().hexdigest()
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as view:
+                if hasattr(mmap, "MADV_SEQUENTIAL"):
+                    view.madvise(mmap.MADV_SEQUENTIAL)
+                return hashlib.sha256(view).hexdigest()
         finally:
             os.close(fd)
 
-    thread = threading.Thread(target=run, name="checkpoint-sha256", daemon=True)
-    thread.start()
-
-    def finish() -> str:
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["digest"]
-    return finish
+    helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256")
+    digest = helper.submit(run)
+    helper.shutdown(wait=False)  # the thread ends with its one task
+    return digest.result
 
 
 def load_verified(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
