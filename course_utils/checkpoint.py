@@ -69,6 +69,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import torch
 from torch import nn
 
+from course_utils.durable import TEMP_FILE as _TEMP_FILE, atomic_file as _atomic_file, atomic_write_bytes, write_all as _write_all
 from course_utils.repro import rng_state, set_rng_state
 from course_utils.runfolder import StopSignal
 
@@ -78,7 +79,6 @@ __all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "atomic_write_bytes", "
 
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
-_TEMP_FILE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class LoadedCheckpoint(NamedTuple):
@@ -90,54 +90,6 @@ class LoadedCheckpoint(NamedTuple):
 
 class CorruptCheckpointError(RuntimeError):
     """A checkpoint file whose checksum is missing or does not match, or that cannot be loaded."""
-
-
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one.
-
-    On failure (disk full, read-only folder) the partial temp file is removed and an
-    ``OSError`` naming ``path`` propagates (a failed ``write`` names no file by itself);
-    ``path`` itself is untouched.
-    """
-    with _atomic_file(path) as f:
-        _write_all(f, payload)
-
-
-@contextlib.contextmanager
-def _atomic_file(path: Path) -> Iterator[io.FileIO]:
-    """An unbuffered temp file beside ``path`` (``.<name>.tmp-<pid>``) to write into; on success fsync it,
-    rename it to ``path`` and fsync the folder, on any error remove it and name ``path`` in the ``OSError``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb", buffering=0) as f:
-            yield f
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def _write_all(file: io.FileIO, data: Any) -> int:
-    """Write every byte of ``data`` to an unbuffered file (a raw ``write`` may write part of it)."""
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < len(view):
-        done += file.write(view[done:])
-    return len(view)
 
 
 class _HashingWriter:
