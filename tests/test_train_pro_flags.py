@@ -31,6 +31,7 @@ BAD_VALUES = {
     "--seed": ["-1", str(2**32)],
     "--model": ["huge"],
     "--width": ["0", "-8"],
+    "--dropout": ["1", "1.5", "-0.1", "nan"],
     "--amp": ["fp8"],
     "--clip": ["-1", "nan", "inf"],
     "--ema-decay": ["1", "1.5", "-0.1", "nan"],

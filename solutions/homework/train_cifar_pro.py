@@ -74,6 +74,8 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
     p.add_argument("--model", choices=["small", "tiny"], default="small")
     p.add_argument("--width", type=int_at_least(1), default=32, help="channel width of the model")
+    p.add_argument("--dropout", type=float_in(0, 1, high_open=True), default=0.0,
+                   help="dropout before the head; 0: no layer")
     p.add_argument("--amp", choices=["auto", "off", "bf16", "fp16"], default="auto",
                    help="auto: bf16 (or fp16) on a CUDA GPU, off on CPU")
     p.add_argument("--clip", type=float_in(0), default=1.0, help="max global grad norm (0: measure only)")
@@ -336,7 +338,7 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
         total_steps = min(total_steps, args.max_steps)
 
     # model, optimizer (fp32 master weights), schedule, AMP, EMA
-    model = build_model(args.model, width=args.width).to(device)
+    model = build_model(args.model, width=args.width, dropout=args.dropout).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = make_scheduler(optimizer, args.warmup_steps, total_steps)
     amp_dtype = autocast_dtype(device, args.amp)
