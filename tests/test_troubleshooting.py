@@ -41,3 +41,23 @@ def test_text_and_markdown_render_every_step_in_order():
     assert troubleshooting_chain() in text and troubleshooting_chain() in md
     links = re.findall(r"\]\(([^)]+)\)", troubleshooting_markdown("notebooks/"))
     assert links and all((ROOT / link).is_file() for link in links), links
+
+
+def test_glossary_holds_exactly_the_rendered_order():
+    glossary = (ROOT / "GLOSSARY.md").read_text(encoding="utf-8")
+    assert troubleshooting_markdown("notebooks/") in glossary, \
+        "GLOSSARY.md is stale: paste course_utils.debug.troubleshooting_markdown('notebooks/') into it"
+    assert glossary.count("标准排查顺序**:") == 1
+
+
+def test_debug_overfit_failure_prints_the_order(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("debug_overfit_under_test", ROOT / "solutions/homework/debug_overfit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # threshold 0: no loss is below it, so the run fails after 2 steps and prints its failure message
+    rc = module.main(["--out", str(tmp_path), "--steps", "2", "--model", "tiny", "--threshold", "0", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "单 batch 过拟合失败" in err
+    assert troubleshooting_text() in err

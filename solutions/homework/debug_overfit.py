@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from course_utils.clipping import global_grad_norm
 from course_utils.data import CLASSES, load_cifar10, make_loader
+from course_utils.debug import troubleshooting_text
 from course_utils.env import pick_device
 from course_utils.models import build_model
 from course_utils.repro import set_seed
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None, label_fn: LabelFn | None = None, name: s
               "要靠眼睛(或按类别看验证集准确率)。")
         return 0
     print(f"❌ 单 batch 过拟合失败: 期望最后 5 步平均 loss < {args.threshold};实际 {final:.4f}"
-          f"(初始 {losses[0]:.4f})。\n   这是代码 bug 而不是模型容量问题: 依次检查标签与输入是否对齐、"
-          "loss 写法、梯度链(detach/no_grad)、学习率。", file=sys.stderr)
+          f"(初始 {losses[0]:.4f})。\n   这是代码 bug 而不是模型容量问题。\n{troubleshooting_text()}", file=sys.stderr)
     return 1
 
 
