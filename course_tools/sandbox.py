@@ -1,31 +1,42 @@
-"""One Jupyter kernel per graded notebook, started inside a bubblewrap sandbox (instructor tool).
+"""Bubblewrap sandboxes for learner code: one Jupyter kernel per graded notebook, one sandbox per run of a
+homework script (instructor tool).
 
-The grader never trusts the learner's kernel with anything it could abuse. The kernel is started
-through a kernel spec whose command is ``bwrap`` (Debian package ``bubblewrap``):
+The grader never trusts the learner's code with anything it could abuse. Kernels are started through
+a kernel spec whose command is ``bwrap`` (Debian package ``bubblewrap``); homework scripts through
+:class:`ScriptBox`, the launcher the homework checks (:mod:`course_tools.checks.nb10_homework`) call.
+Both get the same mounts, environment and limits:
 
-- the root file system is an empty tmpfs with only what Python needs bound read-only: ``/usr``,
-  a few files of ``/etc`` (no ``shadow``, no keys), the Python installation, the virtual
-  environment and the two course packages (``course_utils``, ``course_tools``) at their real
-  paths, so the editable install keeps working. Nothing else of the repository exists inside:
-  no ``solutions/``, ``.git``, ``tests/``, submissions, reports or grader files;
-- writable: ``/scratch`` (the working folder), ``/tmp``, ``/dev/shm`` and an empty ``$HOME``, all
-  tmpfs with a size cap, gone when the kernel exits; the rest of the tree is read-only;
-- a scrubbed environment (``--clearenv``: only PATH, HOME, the quiet settings);
-- new PID, network, IPC, UTS and user namespaces: the kernel sees only its own processes, every
+- the root file system is an empty tmpfs with only what Python needs bound read-only, each at its
+  real path: ``/usr``, a few files of ``/etc`` (no ``shadow``, no keys), the Python installation,
+  the virtual environment (``sys.prefix``; in the README's layout that is ``.venv`` in the
+  repository root, so the kernel sees ``.venv`` beside the two packages) and the two course
+  packages (``course_utils``, ``course_tools``) that the GRADER imported. Nothing else of the
+  repository exists inside: no ``solutions/``, ``.git``, ``tests/``, submissions, reports or grader
+  files. ``PYTHONPATH`` inside is the folder holding the grader's packages, so the sandbox imports
+  exactly them even when the environment's editable install points at another checkout (whose
+  files are not mounted);
+- writable: ``/scratch`` (the kernel's working folder), ``/tmp``, ``/dev/shm`` and an empty
+  ``$HOME``, all tmpfs with a size cap, gone when the sandbox exits; a homework script
+  additionally writes its own run folder (the one host path it can change, watched for size by
+  the grader); the rest of the tree is read-only;
+- a scrubbed environment (``--clearenv``: only PATH, HOME, PYTHONPATH, the quiet settings);
+- new PID, network, IPC, UTS and user namespaces: the code sees only its own processes, every
   process it starts dies with the sandbox, and there is no network. The kernel talks to the grader
   over Unix sockets (jupyter_client's ``ipc`` transport) in a private folder bound into the sandbox:
   TCP ports inside a network namespace are unreachable from outside, Unix sockets are not;
 - limits: ``RLIMIT_AS`` (address space per process; ``import torch`` alone maps about 3.4 GiB, so
   the default is 6 GiB), ``RLIMIT_FSIZE``, no core files, and a memory + pids cgroup where one is
-  writable; the kernel dies with the grader (``PR_SET_PDEATHSIG``) and the sandbox with its
-  launcher (``--die-with-parent``);
+  writable; the sandbox dies with the grader (``PR_SET_PDEATHSIG``) and with its launcher
+  (``--die-with-parent``): ``os.killpg`` of the process a :class:`ScriptBox` returns ends the
+  whole sandbox;
 - ``interrupt_mode: message``: an interrupt is a message, never a signal to the sandbox's process
   group (which would kill the sandbox).
 
-The one host folder the kernel can write is its connection folder (the sockets must be created
+The one host folder a kernel can write is its connection folder (the sockets must be created
 there); the grader watches its size while the kernel runs (:meth:`KernelBox.connection_abuse`)
-and deletes it afterwards. ``--no-sandbox`` runs the same kernel without bwrap (same scrubbed
-environment, same limits, ``ipc`` transport) for trusted code and for measuring the sandbox's cost.
+and deletes it afterwards. ``--no-sandbox`` runs the same kernels and scripts without bwrap (same
+scrubbed environment, same limits, ``ipc`` transport) for trusted code and for measuring the
+sandbox's cost.
 
 Example::
 
@@ -34,6 +45,10 @@ Example::
     # AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(),
     #                    transport="ipc", ip=box.ip, connection_file=box.connection_file)
     box.close()
+    scripts = ScriptBox(readable=(scratch,))   # a homework check's launcher
+    proc = scripts([sys.executable, str(scratch / "train_cifar.py"), "--out", str(run)], cwd=scratch,
+                   env=os.environ.copy(), stdout=log, writable=run)
+    scripts.close()
 """
 from __future__ import annotations
 
@@ -45,14 +60,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from course_tools.quiet import quiet_environ
 
-__all__ = ["GiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
-           "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox"]
+__all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
+           "package_roots", "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox",
+           "ScriptBox", "folder_size"]
 
 GiB = 2 ** 30
 MiB = 2 ** 20
@@ -95,30 +113,43 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one kernel. ``memory`` is RLIMIT_AS per process and the cgroup's memory limit."""
+    """Resource limits of one sandbox. ``memory`` is RLIMIT_AS per process; ``resident`` the cgroup's memory
+    limit (default: ``memory``); ``disk`` what a homework run may leave in its run folder."""
 
     memory: int = 6 * GiB
+    resident: int | None = None
     scratch: int = 2 * GiB
     tmp: int = 1 * GiB
     home: int = 256 * MiB
     shm: int = 1 * GiB
     file_size: int = 2 * GiB
     pids: int = 512
+    disk: int = 1 * GiB
 
 
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-@functools.lru_cache(maxsize=None)
-def readonly_paths() -> tuple[Path, ...]:
-    """Host paths bound read-only into the sandbox, outermost first, none inside another."""
+def _packages() -> list[Path]:
     import course_tools
     import course_utils
 
+    return [Path(m.__file__).resolve().parent for m in (course_utils, course_tools)]
+
+
+@functools.lru_cache(maxsize=None)
+def package_roots() -> tuple[Path, ...]:
+    """The folders holding the course packages this (grader) process imported: ``PYTHONPATH`` inside."""
+    return tuple(dict.fromkeys(p.parent for p in _packages()))
+
+
+@functools.lru_cache(maxsize=None)
+def readonly_paths() -> tuple[Path, ...]:
+    """Host paths bound read-only into the sandbox, outermost first, none inside another."""
     wanted = [Path("/usr")] + [Path("/etc") / name for name in _ETC]
     wanted += [Path(p) for p in {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix}]
-    wanted += [Path(m.__file__).resolve().parent for m in (course_utils, course_tools)]
+    wanted += _packages()
     chosen: list[Path] = []
     for path in sorted({p.resolve() for p in wanted if p.exists()}, key=lambda p: len(p.parts)):
         if not _under(path, chosen):
@@ -133,14 +164,16 @@ def kernel_env(home: str, tmp: str, threads: int = 0) -> dict[str, str]:
                 "HOME": home, "TMPDIR": tmp, "IPYTHONDIR": os.path.join(tmp, ".ipython"), "LANG": "C.UTF-8",
                 "LC_ALL": "C.UTF-8",
                 "MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONNOUSERSITE": "1", "JUPYTER_PLATFORM_DIRS": "1"})
+                "PYTHONNOUSERSITE": "1", "JUPYTER_PLATFORM_DIRS": "1",
+                "PYTHONPATH": os.pathsep.join(str(p) for p in package_roots())})
     if threads:
         env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     return env
 
 
-def _bwrap_args(limits: Limits, conn: Path, env: dict[str, str]) -> list[str]:
-    # The tmpfs mounts come first: a virtual environment under /tmp (CI's mktemp venv) is bound on top.
+def _bwrap_args(limits: Limits, env: dict[str, str], writable: list[Path], readable: tuple[Path, ...] = (),
+                cwd: str = SANDBOX_CWD) -> list[str]:
+    # The tmpfs mounts come first: a virtual environment or a grader folder under /tmp is bound on top.
     args = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--dev", "/dev", "--size", str(limits.shm), "--tmpfs", "/dev/shm", "--proc", "/proc",
             "--size", str(limits.tmp), "--tmpfs", "/tmp",
@@ -154,7 +187,11 @@ def _bwrap_args(limits: Limits, conn: Path, env: dict[str, str]) -> list[str]:
             args += ["--symlink", os.readlink(link), str(link)]
         elif link.is_dir() and not _under(link, list(readonly_paths())):
             args += ["--ro-bind", str(link), str(link)]
-    args += ["--bind", str(conn), str(conn), "--chdir", SANDBOX_CWD,
+    for path in readable:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    args += ["--chdir", cwd,
              "--remount-ro", "/dev", "--remount-ro", "/"]  # the root tmpfs itself: no writes outside the above
     for key, value in env.items():
         args += ["--setenv", key, value]
@@ -173,8 +210,23 @@ def _launch_config(limits: Limits, env: dict[str, str] | None, cgroup: "Cgroup |
 _AVAILABLE: dict[Limits, str] = {}
 
 
+def _probe(limits: Limits, command: list[str]) -> subprocess.CompletedProcess:
+    argv = ["bwrap", *_bwrap_args(limits, kernel_env(SANDBOX_HOME, "/tmp"), []), "--", *command]
+    return subprocess.run(_launcher(_launch_config(limits, None, None), argv), capture_output=True, text=True,
+                          timeout=120)
+
+
+def _detail(out: subprocess.CompletedProcess) -> str:
+    return " ".join((out.stderr or out.stdout).split())[-300:] or f"退出码 {out.returncode},没有输出"
+
+
 def check_available(limits: Limits = Limits()) -> None:
-    """Build one sandbox that imports the course packages; raise :class:`SandboxUnavailable` if that fails."""
+    """Build one sandbox that imports the course packages; raise :class:`SandboxUnavailable` if that fails.
+
+    The message names the true reason: bubblewrap missing, bubblewrap unable to create the
+    namespaces (an empty sandbox running ``true`` fails too), or Python failing inside a sandbox that
+    does start (its own error, e.g. a package the sandbox does not mount).
+    """
     if limits in _AVAILABLE:
         if _AVAILABLE[limits]:
             raise SandboxUnavailable(_AVAILABLE[limits])
@@ -183,22 +235,21 @@ def check_available(limits: Limits = Limits()) -> None:
     if shutil.which("bwrap") is None:
         problem = f"找不到 bubblewrap(bwrap 命令),无法把学员代码关进沙箱。{INSTALL_HINT}。"
     else:
-        conn = Path(tempfile.mkdtemp(prefix="grade-probe-"))
         try:
-            command = ["bwrap", *_bwrap_args(limits, conn, kernel_env(SANDBOX_HOME, "/tmp")), "--",
-                       sys.executable, "-c", "import course_utils, course_tools; print('sandbox-ok')"]
-            out = subprocess.run(_launcher(_launch_config(limits, None, None), command), capture_output=True,
-                                 text=True, timeout=120)
+            out = _probe(limits, [sys.executable, "-c", "import course_utils, course_tools; print('sandbox-ok')"])
             if "sandbox-ok" not in out.stdout:
-                detail = " ".join((out.stderr or out.stdout).split())[-300:]
-                problem = (f"bubblewrap 无法创建沙箱(隔离的命名空间): {detail}。常见原因: 系统禁止非特权用户命名空间"
-                           "(Debian/Ubuntu: `sudo sysctl -w kernel.unprivileged_userns_clone=1`;Ubuntu 24.04 还要 "
-                           "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`),或在没有相应权限的容器里运行"
-                           "(Docker 需要放开 seccomp/apparmor 对 unshare 的限制)。")
+                empty = _probe(limits, [shutil.which("true") or "/usr/bin/true"])
+                if empty.returncode == 0:
+                    problem = (f"沙箱能创建,但沙箱里的 Python 启动失败: {_detail(out)}。评分器给沙箱挂载的是它自己导入的课程包"
+                               f"({', '.join(str(p) for p in _packages())})和 Python 环境 {sys.prefix};"
+                               "请检查这个环境能否在沙箱外 `python -c 'import course_utils, course_tools'`。")
+                else:
+                    problem = (f"bubblewrap 无法创建沙箱(隔离的命名空间): {_detail(empty)}。常见原因: 系统禁止非特权用户命名空间"
+                               "(Debian/Ubuntu: `sudo sysctl -w kernel.unprivileged_userns_clone=1`;Ubuntu 24.04 还要 "
+                               "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`),或在没有相应权限的容器里运行"
+                               "(Docker 需要放开 seccomp/apparmor 对 unshare 的限制)。")
         except (OSError, subprocess.SubprocessError) as exc:
             problem = f"bubblewrap 无法启动: {exc}。"
-        finally:
-            shutil.rmtree(conn, ignore_errors=True)
     if problem:
         problem += "确实要在没有沙箱的情况下批改(学员代码能读写你的文件、读到参考答案、联网),请显式加 --no-sandbox。"
     _AVAILABLE[limits] = problem
@@ -256,7 +307,8 @@ class Cgroup:
                     return None
                 made.append(own / name)
                 made[-1].mkdir()
-                settings = {"memory.max": limits.memory, "memory.swap.max": 0, "pids.max": limits.pids}
+                settings = {"memory.max": limits.resident or limits.memory, "memory.swap.max": 0,
+                            "pids.max": limits.pids}
             else:  # v1: one hierarchy per controller
                 where = {}
                 for line in lines:
@@ -266,7 +318,7 @@ class Cgroup:
                 if "memory" not in where:
                     return None
                 settings = {}
-                for controller, key, value in (("memory", "memory.limit_in_bytes", limits.memory),
+                for controller, key, value in (("memory", "memory.limit_in_bytes", limits.resident or limits.memory),
                                                ("pids", "pids.max", limits.pids)):
                     if controller in where and (root / controller).is_dir():
                         made.append(root / controller / where[controller] / name)
@@ -334,7 +386,7 @@ class KernelBox:
             self.cwd = str(self.dir)  # the launcher's cwd outside; inside, bwrap --chdir /scratch
             env = kernel_env(SANDBOX_HOME, "/tmp", self.threads)
             command = _launcher(_launch_config(self.limits, None, self.cgroup),
-                                ["bwrap", *_bwrap_args(self.limits, self.conn, env), "--", sys.executable,
+                                ["bwrap", *_bwrap_args(self.limits, env, [self.conn]), "--", sys.executable,
                                  "-m", "ipykernel_launcher", "-f", "{connection_file}"])
         else:
             for name in ("work", "home", "tmp"):
@@ -374,3 +426,91 @@ class KernelBox:
         if self.cgroup:
             self.cgroup.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def folder_size(folder: Path, limit: int) -> int:
+    """Bytes under ``folder`` (never following a link), counting stops once past ``limit``; entries count 4 KiB."""
+    total = 0
+    stack = [folder]
+    while stack and total <= limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    total += 4096
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
+@dataclass
+class ScriptBox:
+    """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner.
+
+    Each call starts one run of a learner's script in its own sandbox (own cgroup, same mounts and
+    limits as a kernel): ``readable`` (the scratch copy of this learner's scripts) is bound
+    read-only, ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
+    A watcher thread kills the sandbox when the run folder grows past ``limits.disk`` and says so
+    in the run's log. ``sandbox=False``: the same launcher stub, environment and limits without
+    bwrap (trusted scripts, and the baseline of ``bench/grading.py``). :meth:`close` after the
+    check removes the cgroups.
+    """
+
+    readable: tuple[Path, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    threads: int = 1
+    sandbox: bool = True
+
+    def __post_init__(self) -> None:
+        self._cgroups: list[Cgroup] = []
+        self.killed: list[str] = []   # one line per run the watcher stopped
+
+    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
+                 writable: Path) -> subprocess.Popen:
+        # What the check set (unbuffered output, one thread, ...), never what the instructor's shell holds.
+        own = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        writable = Path(writable).resolve()
+        if self.sandbox:
+            inner = {**kernel_env(SANDBOX_HOME, "/tmp", self.threads), **own}
+            cgroup = Cgroup.create(self.limits)
+            if cgroup:
+                self._cgroups.append(cgroup)
+            command = _launcher(_launch_config(self.limits, None, cgroup),
+                                ["bwrap", *_bwrap_args(self.limits, inner, [writable], self.readable, str(cwd)),
+                                 "--", *argv])
+            where = None
+        else:
+            home = writable.parent / f".{writable.name}.home"
+            home.mkdir(exist_ok=True)
+            inner = {**kernel_env(str(home), str(home), self.threads), **own}
+            command, where = _launcher(_launch_config(self.limits, inner, None), argv), cwd
+        proc = subprocess.Popen(command, cwd=where, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        threading.Thread(target=self._watch, args=(proc, writable, stdout), daemon=True).start()
+        return proc
+
+    def _watch(self, proc: subprocess.Popen, folder: Path, log: IO) -> None:
+        while proc.poll() is None:
+            if folder_size(folder, self.limits.disk) > self.limits.disk:
+                try:
+                    os.killpg(proc.pid, 9)
+                except ProcessLookupError:
+                    return
+                line = (f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),"
+                        f"已终止整个沙箱")
+                self.killed.append(line)
+                try:
+                    log.write(f"\n{line}\n")
+                    log.flush()
+                except (OSError, ValueError):
+                    pass
+                return
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        for cgroup in self._cgroups:
+            cgroup.close()
+        self._cgroups.clear()

@@ -57,11 +57,10 @@ def _solved_add_only():
 
 @pytest.fixture(scope="module")
 def sandbox_ok():
-    """Skip (naming the package) where bubblewrap is missing or cannot build a sandbox."""
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"needs bubblewrap (Debian package 'bubblewrap', command bwrap): {exc}")
+    """Skip (naming the package) only where bubblewrap is not installed; a sandbox that fails to start fails."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (Debian package 'bubblewrap', command bwrap)")
+    sandbox.check_available()
 
 
 # ---------------------------------------------------------------- merging
@@ -336,7 +335,7 @@ def test_bubblewrap_without_namespaces_gives_the_reason(tmp_path, monkeypatch):
 
 def test_tmpfs_mounts_come_before_the_read_only_binds(tmp_path):
     """A virtual environment under /tmp (CI creates one with mktemp) must not be hidden by the sandbox's /tmp."""
-    args = sandbox._bwrap_args(sandbox.Limits(), tmp_path, {})
+    args = sandbox._bwrap_args(sandbox.Limits(), {}, [tmp_path])
     binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
     assert binds and max(i for i, a in enumerate(args) if a == "--tmpfs") < min(binds)
     assert args[-4:] == ["--remount-ro", "/dev", "--remount-ro", "/"]
@@ -354,18 +353,26 @@ def _box_run(sources, tmp_path, cell_timeout=30.0, grace=2.0, use_sandbox=True):
 
 
 def test_sandboxed_kernel_sees_nothing_of_the_host(sandbox_ok, tmp_path, monkeypatch):
+    """Of the repository, the kernel sees the two packages and (README layout: ``.venv`` in the root) the
+    environment, read-only at its real path; nothing else (no solutions/, .git, tests/)."""
     monkeypatch.setenv("GRADE_SECRET", "instructor-token")
+    prefix = Path(sys.prefix).resolve()
+    expected = sorted(["course_tools", "course_utils"] + ([prefix.relative_to(ROOT).parts[0]]
+                                                         if ROOT in prefix.parents else []))
     probe = (
         "import os, pathlib, socket, course_utils\n"
         "assert os.getpid() < 10, os.getpid()\n"                              # own PID namespace
         "assert os.getenv('GRADE_SECRET') is None and os.getenv('HOME') == '/home/learner', 'env'\n"
         "assert os.listdir('/home/learner') == [] and os.getcwd() == '/scratch', os.listdir('/home/learner')\n"
         "root = pathlib.Path(course_utils.__file__).resolve().parents[1]\n"
-        "assert sorted(os.listdir(root)) == ['course_tools', 'course_utils'], os.listdir(root)\n"
+        f"assert sorted(os.listdir(root)) == {expected!r}, os.listdir(root)\n"
+        f"assert sorted(os.listdir({sys.prefix!r})) == {sorted(os.listdir(sys.prefix))!r}, 'environment'\n"
         f"assert not pathlib.Path({str(FIXTURE)!r}).exists(), 'reference visible'\n"
         f"assert not pathlib.Path({str(tmp_path / 'secret.txt')!r}).exists(), 'grader file visible'\n"
-        "try:\n    open(pathlib.Path(course_utils.__file__), 'a')\nexcept OSError as e:\n    assert e.errno == 30, e\n"
-        "else:\n    raise AssertionError('course_utils is writable')\n"
+        "import sys\n"
+        "for target in (course_utils.__file__, sys.prefix + '/pyvenv.cfg'):\n"
+        "    try:\n        open(target, 'a')\n    except OSError as e:\n        assert e.errno == 30, e\n"
+        "    else:\n        raise AssertionError(target + ' is writable')\n"
         "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\nexcept OSError:\n    pass\n"
         "else:\n    raise AssertionError('network reachable')\n")
     (tmp_path / "secret.txt").write_text("grader's own file")   # beside the kernel's connection folder
@@ -461,3 +468,40 @@ def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
     assert left                                   # SIGKILL left the grader no time to clean up
     sandbox.private_dir().rmdir()
     assert not any(p.exists() for p in left)
+
+
+_OTHER_CHECKOUT = """
+import os, sys
+import course_tools, course_utils
+from course_tools import sandbox
+assert course_utils.__file__.startswith(sys.argv[1]), course_utils.__file__
+if sys.argv[2] == "no-pythonpath":   # the grader as it was: the sandbox left to the environment's editable install
+    plain = sandbox.kernel_env
+    sandbox.kernel_env = lambda *a, **k: {k_: v for k_, v in plain(*a, **k).items() if k_ != "PYTHONPATH"}
+try:
+    sandbox.check_available()
+except sandbox.SandboxUnavailable as exc:
+    print("UNAVAILABLE", exc)
+    sys.exit(0)
+out = sandbox._probe(sandbox.Limits(), [sys.executable, "-c", "import course_utils; print('AT', course_utils.__file__)"])
+print(out.stdout, out.stderr)
+"""
+
+
+@pytest.mark.parametrize("variant", ["pythonpath", "no-pythonpath"])
+def test_grader_in_another_checkout_imports_its_own_packages(sandbox_ok, tmp_path, variant):
+    """The environment's editable install points at this checkout; a grader run from another checkout
+    (its packages first on sys.path) mounts its own packages, and the sandbox must import exactly those.
+    Without PYTHONPATH inside, Python fails in the sandbox, and the probe must say that, not blame namespaces."""
+    other = tmp_path / "other-checkout"
+    for name in ("course_utils", "course_tools"):
+        shutil.copytree(ROOT / name, other / name, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(other)}
+    out = subprocess.run([sys.executable, "-c", _OTHER_CHECKOUT, str(other), variant], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if variant == "pythonpath":
+        assert f"AT {other}/course_utils/__init__.py" in out.stdout, out.stdout
+    else:
+        assert "UNAVAILABLE" in out.stdout and "沙箱里的 Python 启动失败" in out.stdout, out.stdout
+        assert "ModuleNotFoundError" in out.stdout and "命名空间" not in out.stdout, out.stdout

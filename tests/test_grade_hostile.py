@@ -5,7 +5,7 @@ Each hostile learner attacks through exercise 1 of 01_fixture (``add``) and solv
 (``square``) honestly, so the score its honest exercise deserves is 1/2; 02_fixture's hostile
 learners attack the self-test answers and solve ``cube``. Attacks that could hurt the machine
 outside a sandbox only fire when the kernel is PID < 50 (inside bubblewrap's PID namespace); the
-test itself runs only where the sandbox works (it skips, naming the package, elsewhere).
+test skips (naming the package) only where bubblewrap is not installed.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import codecs
 import csv
 import hashlib
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -241,10 +242,9 @@ def _hostile(root: Path, report: Path, victim: Path, port: int) -> dict[str, tup
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    try:
-        sandbox.check_available()
-    except sandbox.SandboxUnavailable as exc:
-        pytest.skip(f"needs bubblewrap (Debian package 'bubblewrap', command bwrap): {exc}")
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (Debian package 'bubblewrap', command bwrap)")
+    sandbox.check_available()   # installed but failing: an error, never a skip
     root = tmp_path_factory.mktemp("hostile")
     report = root / "report" / "grades.csv"
     report.parent.mkdir()
