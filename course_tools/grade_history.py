@@ -1,0 +1,419 @@
+"""Commit discipline of the homework: read a learner's git history without trusting it, judge the commits.
+
+Reference machinery for the grader (``course_tools.grade``), not taught. The homework
+(``10_homework.ipynb``) asks for each upgrade in its own commit, in order. The grader hands
+:func:`open_history` what the learner submitted:
+
+- a plain folder without history: ``None`` (nothing to judge, no penalty: :data:`NO_HISTORY`);
+- the learner's clone of the workbook (``path/.git`` a folder) or a git folder itself (``path``
+  holds ``HEAD``, ``objects/`` and ``refs/``): the history of its ``HEAD``;
+- a git bundle (``git bundle create hw.bundle homework-0.4``; recognised by its first line
+  ``# v2 git bundle`` / ``# v3 git bundle``): the history of its head ref, chosen as ``HEAD``,
+  else ``refs/heads/homework-0.4``, else ``refs/tags/homework-0.4``, else its only ref, else
+  the ref whose commit is newest.
+
+:class:`History` then names the workbook's starting commit (:attr:`History.start`): the newest
+commit on the first-parent line of the head that is also a commit of the course repository
+(``course``, default the grader's own checkout); failing that, the newest whose
+``notebooks/homework/train_cifar.py`` equals the released baseline byte for byte; failing
+that, the root commit. :attr:`History.commits` are the learner's commits after it on that
+line, oldest first (merges included: they are on the learner's line). The grader runs each
+upgrade's check on :meth:`History.export` of a commit and hands :func:`judge_discipline` the
+first commit at which each check passed.
+
+Security: the history is untrusted and the grader runs as the instructor. No git command ever
+runs inside the learner's folder. A git folder is copied into the scratch folder first,
+regular files only (no symlinks, nothing but ``HEAD``, ``packed-refs``, ``shallow``, ``refs/``
+and ``objects/`` without ``objects/info/alternates``), at most 256 MiB and 20 000 files; a
+bundle is copied the same way and ``git bundle verify``-ed. The learner's ``config``
+(``core.fsmonitor``, ``core.hooksPath``, filters, ``include.path``...), hooks, alternates and a
+``.git`` that is a symlink or a ``gitdir:`` file are therefore never read. From that copy the
+head's history is fetched (objects checked: ``transfer.fsckObjects``) into a FRESH bare
+repository in ``scratch``, and everything afterwards reads only that repository. Every git
+call gets a clean environment (``GIT_CONFIG_NOSYSTEM=1``, ``GIT_CONFIG_GLOBAL=/dev/null``,
+``HOME`` = the scratch folder, no prompts), ``-c core.hooksPath=/dev/null -c core.fsmonitor=false``,
+only the ``file`` protocol, and a timeout. Files are read out with ``git cat-file`` (no filters,
+no attributes); :meth:`History.export` refuses symlinks, submodules, paths leaving ``dest``,
+files over 1 MiB and more than 50 files.
+
+Example::
+
+    history = open_history(Path("submissions/alice"), Path(tmp))   # None: a plain folder
+    for commit in history.commits:
+        scripts = history.export(commit, Path(tmp) / commit.short)
+    verdict = judge_discipline(history.commits, {1: c1, 2: c2, 3: c2, 4: None})
+    verdict.ok, verdict.column, verdict.notes    # False, "不合格: 升级 2+3 在同一提交", [...]
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+__all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "Discipline", "NO_HISTORY", "open_history",
+           "judge_discipline"]
+
+ROOT = Path(__file__).resolve().parent.parent
+HOMEWORK = "notebooks/homework"          # where the learner's scripts live in the workbook
+_BASELINE = ROOT / HOMEWORK / "train_cifar.py"
+_HEAD_REF = "refs/grader/head"
+_BRANCH = "homework-0.4"                  # the branch the hand-in command bundles
+_BUNDLE_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
+
+_MAX_COPY_BYTES = 256 * 2 ** 20           # a git folder or bundle copied into scratch
+_MAX_COPY_FILES = 20_000
+_MAX_FILE_BYTES = 2 ** 20                 # one exported file
+_MAX_FILES = 50                           # files exported per commit
+_MAX_COMMITS = 5_000                      # first-parent commits looked at
+_TIMEOUT = 60                             # seconds, every git call
+
+# Command-line config outranks every config file git could still read.
+_SAFE_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.sshCommand=false",
+                "core.alternateRefsCommand=false", "core.askPass=false", "credential.helper=",
+                "protocol.allow=never", "protocol.file.allow=always", "transfer.fsckObjects=true",
+                "fetch.fsckObjects=true", "fetch.recurseSubmodules=false", "submodule.recurse=false",
+                "gc.auto=0", "maintenance.auto=false", "core.bigFileThreshold=1m", "log.showSignature=false")
+
+
+class HistoryError(Exception):
+    """The submitted history cannot be read (corrupt bundle, unreadable repository, over a limit); Chinese message."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit: full hash, short hash (7 characters) and subject line."""
+
+    sha: str
+    short: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class Discipline:
+    """The verdict on commit discipline: ``ok``, a short Chinese ``column`` for the CSV, ``notes`` for the feedback."""
+
+    ok: bool
+    column: str
+    notes: list[str] = field(default_factory=list)
+
+
+NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)",
+                        ["交来的是普通文件夹, 没有提交历史: 提交纪律无从检查, 不扣分"])
+
+
+def _environment(home: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "XDG_CONFIG_HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ATTR_NOSYSTEM": "1", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_PROTOCOL_FROM_USER": "0", "GIT_ALLOW_PROTOCOL": "file", "GIT_CEILING_DIRECTORIES": str(home),
+            "LC_ALL": "C"}
+
+
+def _git(home: Path, git_dir: Path | None, *args: str, what: str, stdin: bytes | None = None,
+         timeout: float = _TIMEOUT) -> bytes:
+    """Run one git command with the safe config and environment; its stdout, or :class:`HistoryError` saying ``what``."""
+    command = ["git", *(f for option in _SAFE_CONFIG for f in ("-c", option))]
+    if git_dir is not None:
+        command.append(f"--git-dir={git_dir}")
+    try:
+        done = subprocess.run([*command, *args], cwd=home, env=_environment(home), input=stdin,
+                              capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise HistoryError(f"{what}: git 超过 {timeout:.0f} 秒没有结束") from None
+    if done.returncode != 0:
+        message = " ".join(done.stderr.decode("utf-8", "replace").split()) or f"git 退出码 {done.returncode}"
+        raise HistoryError(f"{what}: {message}"[:300])
+    return done.stdout
+
+
+def _read_regular(path: Path, budget: list[int]) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (never through a symlink), charged to ``budget``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        data = f.read(budget[0] + 1)
+    budget[0] -= len(data)
+    budget[1] -= 1
+    if budget[0] < 0 or budget[1] < 0:
+        raise HistoryError(f"提交历史超过上限 ({_MAX_COPY_BYTES // 2 ** 20} MiB, {_MAX_COPY_FILES} 个文件), 不读取")
+    return data
+
+
+def _copy_tree(src: Path, dst: Path, budget: list[int], skip: frozenset[str] = frozenset()) -> None:
+    """Copy the regular files under ``src`` into ``dst``; symlinks, devices, fifos and ``skip`` names (at any depth)
+    are left out."""
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name)
+    except OSError:
+        return
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in entries:
+        if entry.name in skip or entry.is_symlink():
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            _copy_tree(Path(entry.path), dst / entry.name, budget, skip)
+        else:
+            data = _read_regular(Path(entry.path), budget)
+            if data is not None:
+                (dst / entry.name).write_bytes(data)
+
+
+def _copy_git_dir(git_dir: Path, dst: Path) -> None:
+    """The parts of a git folder that hold history, copied (regular files only) over a fresh ``git init --bare``."""
+    budget = [_MAX_COPY_BYTES, _MAX_COPY_FILES]
+    for name in ("HEAD", "packed-refs", "shallow"):
+        data = _read_regular(git_dir / name, budget)
+        if data is not None:
+            (dst / name).write_bytes(data)
+    _copy_tree(git_dir / "refs", dst / "refs", budget)
+    # alternates and http-alternates (in objects/info/) point at other repositories' objects
+    _copy_tree(git_dir / "objects", dst / "objects", budget, frozenset({"alternates", "http-alternates"}))
+
+
+def _is_git_dir(path: Path) -> bool:
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+
+
+def _log(home: Path, repo: Path, rev: str, extra: tuple[str, ...] = ()) -> list[Commit]:
+    out = _git(home, repo, "log", "--first-parent", "--no-show-signature", "-z", "--format=%H%x1f%s",
+               f"--max-count={_MAX_COMMITS}", *extra, rev, "--", what="读取提交历史")
+    commits = []
+    for record in out.split(b"\0"):
+        if record.strip():
+            sha, _, subject = record.decode("utf-8", "replace").strip("\n").partition("\x1f")
+            commits.append(Commit(sha, sha[:7], subject[:200]))
+    return commits
+
+
+def _batch_check(home: Path, repo: Path | None, queries: list[str], cwd_course: Path | None = None) -> list[str]:
+    """``git cat-file --batch-check`` answers (``<sha> <type> <size>`` or ``<query> missing``), one per query."""
+    if not queries:
+        return []
+    stdin = "".join(q + "\n" for q in queries).encode()
+    if cwd_course is None:
+        out = _git(home, repo, "cat-file", "--batch-check", what="读取提交", stdin=stdin)
+    else:   # the course's own, trusted repository
+        out = _git(home, None, "-C", str(cwd_course), "cat-file", "--batch-check", what="读取课程仓库", stdin=stdin)
+    return out.decode("utf-8", "replace").splitlines()
+
+
+class History:
+    """A learner's history, held in a fresh bare repository in scratch (see the module docstring).
+
+    ``source``: ``"clone"``, ``"git"`` (a git folder) or ``"bundle"``; ``head``: the commit handed in;
+    ``start``: the workbook's starting commit and ``start_note`` how it was found; ``commits``: the
+    learner's commits after ``start`` on the head's first-parent line, oldest first; ``refused``:
+    the files :meth:`export` left out and why (Chinese), by path.
+    """
+
+    def __init__(self, repo: Path, home: Path, source: str, course: Path | None, baseline: bytes) -> None:
+        self.repo, self._home, self.source = repo, home, source
+        self.refused: dict[str, str] = {}
+        line = _log(home, repo, _HEAD_REF)              # newest first
+        if not line:
+            raise HistoryError("提交历史是空的")
+        self.head = line[0]
+        index, self.start_note = self._find_start(line, course, baseline)
+        self.start: Commit = line[index]
+        self.commits: list[Commit] = line[:index][::-1]
+        trees = _batch_check(home, repo, [f"{c.sha}:{HOMEWORK}" for c in line[:index + 1]])
+        self._trees = {c.sha: answer.split()[0] if not answer.endswith("missing") else "" for c, answer in
+                       zip(line, trees)}
+        self._parent = {c.sha: line[i + 1].sha for i, c in enumerate(line[:index])}
+
+    def _find_start(self, line: list[Commit], course: Path | None, baseline: bytes) -> tuple[int, str]:
+        if course is not None and (course / ".git").exists():
+            answers = _batch_check(self._home, None, [c.sha for c in line], cwd_course=course)
+            for i, answer in enumerate(answers):
+                if answer.split()[1:2] == ["commit"]:
+                    return i, f"起点 {line[i].short} «{line[i].subject}» (课程仓库里的提交)"
+        blob = _git(self._home, self.repo, "hash-object", "--stdin", "--no-filters", what="计算基线",
+                    stdin=baseline).decode().strip()
+        answers = _batch_check(self._home, self.repo, [f"{c.sha}:{HOMEWORK}/train_cifar.py" for c in line])
+        for i, answer in enumerate(answers):
+            if answer.split()[0] == blob:
+                return i, f"起点 {line[i].short} «{line[i].subject}» (train_cifar.py 与发布的基线逐字节相同)"
+        return len(line) - 1, (f"起点 {line[-1].short} «{line[-1].subject}» (根提交: 既找不到课程仓库的提交, "
+                               f"也找不到与基线相同的 train_cifar.py)")
+
+    def touches_homework(self, commit: Commit) -> bool:
+        """Whether ``commit`` (one of :attr:`commits`) changed ``notebooks/homework/`` against its first parent."""
+        return self._trees[commit.sha] != self._trees[self._parent[commit.sha]]
+
+    def export(self, commit: Commit, dest: Path) -> Path:
+        """Write the regular files of ``notebooks/homework/`` at ``commit`` into ``dest`` (new or empty); return ``dest``.
+
+        Symlinks, submodules and files over 1 MiB are left out (named in :attr:`refused`); more than
+        50 files or a path leaving ``dest`` raise :class:`HistoryError`.
+        """
+        if not re.fullmatch(r"[0-9a-f]{40}", commit.sha):
+            raise HistoryError(f"不是提交号: {commit.sha[:50]!r}")
+        dest.mkdir(parents=True, exist_ok=True)
+        if any(dest.iterdir()):
+            raise HistoryError(f"导出目录不是空的: {dest}")
+        out = _git(self._home, self.repo, "ls-tree", "-r", "-l", "-z", "--full-tree", commit.sha, "--",
+                   HOMEWORK + "/", what=f"读取 {commit.short} 的文件列表")
+        wanted: list[tuple[tuple[str, ...], str]] = []
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            meta, _, raw_path = record.partition(b"\t")
+            mode, kind, sha, size = meta.decode().split()
+            path = raw_path.decode("utf-8", "replace")
+            parts = PurePosixPath(path).parts[len(PurePosixPath(HOMEWORK).parts):]
+            if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or path.startswith("/"):
+                raise HistoryError(f"{commit.short}: 路径 {path[:100]!r} 会跑出导出目录, 拒绝")
+            if mode == "120000":
+                self.refused[path] = "符号链接 (symlink), 不导出"
+            elif kind != "blob":
+                self.refused[path] = "子模块 (submodule), 不导出"
+            elif int(size) > _MAX_FILE_BYTES:
+                self.refused[path] = f"{int(size) / 2 ** 20:.1f} MiB, 超过 1 MiB, 不导出"
+            else:
+                wanted.append((parts, sha))
+        if len(wanted) > _MAX_FILES:
+            raise HistoryError(f"{commit.short}: {HOMEWORK}/ 下有 {len(wanted)} 个文件, 超过 {_MAX_FILES} 个, 不导出")
+        blobs = _git(self._home, self.repo, "cat-file", "--batch", what=f"读取 {commit.short} 的文件",
+                     stdin="".join(sha + "\n" for _, sha in wanted).encode())
+        root = dest.resolve()
+        offset = 0
+        for parts, sha in wanted:
+            header_end = blobs.index(b"\n", offset)
+            if blobs[offset:header_end].endswith(b"missing"):
+                raise HistoryError(f"{commit.short}: 缺少对象 {sha}")
+            size = int(blobs[offset:header_end].split()[2])
+            data = blobs[header_end + 1: header_end + 1 + size]
+            offset = header_end + 2 + size
+            target = root.joinpath(*parts)
+            if root not in target.parents:
+                raise HistoryError(f"{commit.short}: 路径 {'/'.join(parts)[:100]!r} 会跑出导出目录, 拒绝")
+            target.parent.mkdir(parents=True, exist_ok=True)     # dest was empty: only folders made here
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        return dest
+
+
+def _bundle_head(refs: list[tuple[str, str]], home: Path, repo: Path) -> str:
+    names = [name for _, name in refs]
+    for preferred in ("HEAD", f"refs/heads/{_BRANCH}", f"refs/tags/{_BRANCH}"):
+        if preferred in names:
+            return preferred
+    if len(names) == 1:
+        return names[0]
+    dates = {}
+    for sha, name in refs:
+        out = _git(home, repo, "log", "-1", "--format=%ct", sha, what="读取 bundle 的提交")
+        dates[name] = int(out.strip() or 0)
+    return max(names, key=lambda n: (dates[n], n))
+
+
+def open_history(path: Path, scratch: Path, course: Path | None = ROOT, baseline: bytes | None = None) -> History | None:
+    """The history in ``path`` (clone folder, git folder or bundle) in a fresh repository under ``scratch``; ``None``
+    for a plain folder. ``course``: the course repository (``None``: no course commits known); ``baseline``: the
+    released ``train_cifar.py`` (default: the grader's own). Raises :class:`HistoryError` when it cannot be read."""
+    path = Path(path)
+    if path.is_symlink():
+        raise HistoryError(f"{path.name} 是符号链接 (symlink), 不读取")
+    if path.is_dir():
+        dot_git = path / ".git"
+        if dot_git.is_symlink():
+            raise HistoryError(".git 是符号链接 (symlink), 不读取")
+        if dot_git.is_file():
+            raise HistoryError(".git 是指向别处的文件 (gitdir: ...), 不读取; 请交整个克隆或 bundle")
+        if dot_git.is_dir():
+            git_dir, source = dot_git, "clone"
+        elif _is_git_dir(path):
+            git_dir, source = path, "git"
+        else:
+            return None
+    elif path.is_file():
+        git_dir, source = None, "bundle"
+    else:
+        raise HistoryError(f"找不到 {path.name}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="history-", dir=scratch)).resolve()
+    repo = home / "repo.git"
+    _git(home, None, "init", "-q", "--bare", str(repo), what="建立空仓库")
+    copy = home / "copy"
+    if source == "bundle":
+        budget = [_MAX_COPY_BYTES, 1]
+        data = _read_regular(path, budget)
+        if data is None or not data.startswith(_BUNDLE_SIGNATURES):
+            raise HistoryError(f"{path.name} 不是 git bundle (应由 git bundle create hw.bundle {_BRANCH} 生成)")
+        bundle = home / "hw.bundle"
+        bundle.write_bytes(data)
+        try:
+            _git(home, repo, "bundle", "verify", str(bundle), what="bundle 校验失败")
+        except HistoryError as error:
+            hint = (f"; 它依赖不在其中的提交, 请用 git bundle create hw.bundle {_BRANCH} 打包整个分支"
+                    if "prerequisite" in str(error) or "lacks these" in str(error) else "")
+            raise HistoryError(f"{error}{hint}") from None
+        refs = [tuple(line.split(" ", 1)) for line in
+                _git(home, repo, "bundle", "list-heads", str(bundle), what="读取 bundle").decode().splitlines()]
+        if not refs:
+            raise HistoryError("bundle 里没有分支")
+        _git(home, repo, "fetch", "-q", "--no-tags", str(bundle),
+             *(f"+{name}:refs/grader/all/{i}" for i, (_, name) in enumerate(refs)), what="读取 bundle")
+        head = _bundle_head(refs, home, repo)
+        _git(home, repo, "update-ref", _HEAD_REF, dict((n, s) for s, n in refs)[head], what="读取 bundle")
+        bundle.unlink()
+    else:
+        _git(home, None, "init", "-q", "--bare", str(copy), what="建立空仓库")
+        (copy / "HEAD").unlink()
+        _copy_git_dir(git_dir, copy)
+        if not (copy / "HEAD").is_file():
+            raise HistoryError(".git 里没有 HEAD")
+        _git(home, repo, "fetch", "-q", "--no-tags", str(copy), f"+HEAD:{_HEAD_REF}",
+             what="读取仓库 (可能损坏, 或 HEAD 上还没有提交)")
+    return History(repo, home, source, course, _BASELINE.read_bytes() if baseline is None else baseline)
+
+
+def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]) -> Discipline:
+    """Did each passing upgrade arrive in its own commit, in order?
+
+    ``commits``: the learner's commits, oldest first (:attr:`History.commits`); ``first_pass``: per
+    upgrade number (1..K) the first commit at which its check passed, ``None`` when it never did.
+    ``ok`` when every passing upgrade's first passing commit is one of ``commits``, no two share one
+    (squashed), and each comes strictly after the previous passing upgrade's (in order).
+    """
+    position = {c.sha: i for i, c in enumerate(commits)}
+    notes: list[str] = []
+    problems: list[str] = []
+    by_commit: dict[str, list[int]] = {}
+    previous: tuple[int, int] | None = None     # (upgrade, position) of the last passing upgrade
+    for k in sorted(first_pass):
+        commit = first_pass[k]
+        if commit is None:
+            notes.append(f"升级 {k}: 没有一个提交通过它的检查")
+            continue
+        if commit.sha not in position:
+            notes.append(f"升级 {k}: 在 {commit.short} «{commit.subject}» 就已通过, 那不是学员起点之后的提交")
+            problems.append(f"升级 {k} 不在学员的提交里")
+            continue
+        notes.append(f"升级 {k}: {commit.short} «{commit.subject}»")
+        by_commit.setdefault(commit.sha, []).append(k)
+        if previous is not None and position[commit.sha] < previous[1]:
+            notes.append(f"顺序错: 升级 {k} ({commit.short}) 早于升级 {previous[0]} ({commits[previous[1]].short})")
+            problems.append(f"升级 {k} 早于升级 {previous[0]}")
+        previous = (k, position[commit.sha])
+    for sha, upgrades in by_commit.items():
+        if len(upgrades) > 1:
+            joined = "+".join(map(str, upgrades))
+            commit = commits[position[sha]]
+            notes.append(f"合并提交 (squashed): 升级 {joined} 都在 {commit.short} «{commit.subject}» 里, 应各自一个提交")
+            problems.append(f"升级 {joined} 在同一提交")
+    passing = sum(c is not None for c in first_pass.values())
+    if problems:
+        return Discipline(False, "不合格: " + "; ".join(problems), notes)
+    if not passing:
+        return Discipline(True, "无可判断 (没有通过的升级)", notes)
+    return Discipline(True, f"合格: {passing} 个升级各自一个提交, 顺序正确", notes)
