@@ -1,19 +1,27 @@
 """Helpers for the chapter 0.4 workbook (training engineering essentials).
 
 One concept per module; every notebook first writes the idea in plain code,
-then imports the helper from here:
+then imports the helper from here (each module's docstring says where it is taught):
 
-- ``env``        device choice, environment table, the ``COURSE_FAST`` size switch
-- ``data``       CIFAR-10 from disk or the offline synthetic stand-in; subsets,
-                 label corruption and resumable DataLoaders
-- ``models``     the small CNNs used throughout
-- ``repro``      seeding, determinism switches, RNG capture, run-config dump
-- ``amp``        autocast dtype choice, GradScaler only for fp16, dtype tables
-- ``clipping``   global-norm clipping that returns the pre-clip norm
-- ``ema``        exponential moving average of weights
-- ``checkpoint`` atomic, checksummed, rotating checkpoints; graceful stop
-- ``monitor``    per-step metrics, spike alarm, JSONL/TensorBoard/wandb
-- ``debug``      single-batch overfitting, sample grids, sanity report
-- ``estimate``   throughput measurement and training-time/cost estimates
-- ``schedule``   warm-up + cosine lr schedule, stepped per optimizer step
+- ``env``         device choice, environment table, the ``COURSE_FAST`` size switch
+- ``data``        CIFAR-10 from disk or the offline synthetic stand-in; subsets,
+                  label corruption and resumable DataLoaders
+- ``models``      the small CNNs used throughout
+- ``repro``       seeding, determinism switches, RNG capture, run-config dump
+- ``amp``         autocast dtype choice, GradScaler only for fp16, dtype tables
+- ``clipping``    global-norm clipping that returns the pre-clip norm
+- ``ema``         exponential moving average of weights
+- ``durable``     the one atomic write: temp file beside, fsync, rename, folder fsync
+- ``checkpoint``  checkpoints with the full training state, verified, rotating
+- ``monitor``     per-step records: smoothed loss, samples/s, peak memory, alarms
+- ``sinks``       where the records go: JSONL (and its reader), TensorBoard, wandb, tqdm
+- ``alerts``      the loss/grad-norm spike detector and the bad-step rate
+- ``debug``       single-batch overfitting, sample grids, sanity report
+- ``estimate``    throughput measurement and training-time/cost estimates
+- ``schedule``    warm-up + cosine lr schedule, stepped per optimizer step
+- ``stats``       is A better than B over seeds: paired differences, a t-interval
+- ``runfolder``   one run per folder: lock, status, identity, leftovers
+- ``signals``     SIGTERM / Ctrl-C as a flag the loop checks; DataLoader worker masks
+- ``cli``         command-line validators that run before torch is imported
+- ``distributed`` what the ranks of a torchrun job must agree on
 """

@@ -1,24 +1,30 @@
 """Monitoring: what to watch while a run trains, written where you can read it later.
 
-Per optimizer step: loss (raw and smoothed), the pre-clip grad norm and whether
-clipping fired, lr, peak memory, samples/s. Eval records carry ``"split": "val"``.
-Backends: JSONL (always), TensorBoard, wandb (offline when no account is set up).
+What: ``Monitor.log_step`` takes, per optimizer step, the loss, the pre-clip grad norm and
+whether clipping fired, the lr and the batch size; it adds the smoothed loss, samples/s and
+peak memory, runs the spike alarms (``course_utils.alerts``) and writes one record per step
+to its sinks (``course_utils.sinks``: JSONL always, TensorBoard, wandb, a tqdm bar).
+``log_eval`` writes an eval record (``"split": "val"``). ``read_metrics`` reads the file back.
+
+Why: a run on a remote machine is seen only through its records, and must raise its own
+alarm: a loss spike or a grad-norm surge prints a loud line (and a wandb alert), and a bad
+step (skipped as non-finite, or a loss spike) is kept in ``trouble`` for ``trouble_window``
+steps: ``trouble.count(step)`` is the rate a loop can stop on, ``healthy(step)`` says whether
+a checkpoint saved now is a known-good one.
 
 Pitfalls handled:
 - ``.item()`` every step forces a GPU sync. Values stay on the device and are read
-  back once every ``flush_every`` steps (one sync), then written as one record per step.
+  back once every ``flush_every`` steps (one sync), so an alarm comes at most
+  ``flush_every`` steps late.
 - samples/s is measured per flush window, with eval/checkpoint time excluded via
   ``with monitor.paused():`` and the first (warm-up) step left out.
-- A loss spike or grad-norm surge prints a console alert (and a wandb alert).
-- On resume, records after the resumed step are dropped so the file holds exactly
-  one record per step. The rewrite is atomic and durable: a kill at any moment keeps
-  every record that a checkpoint covers.
-- Trouble: a skipped (non-finite) step, or a step the loss spike detector flags, is a
-  bad step, kept in ``trouble`` for ``trouble_window`` steps: ``trouble.count(step)`` is
-  the rate a training loop can stop on, and ``healthy(step)`` (no bad step in the window)
-  says whether a checkpoint saved now is a known-good one. Before its detector has enough
-  history, an explosion (10x above every loss so far) still counts, so a blow-up in the
-  first steps is not taken for progress.
+- The smoothed loss is an EMA with ``smoothing=0.98``: it averages about the last
+  1/(1 - 0.98) = 50 steps, right for a run of thousands of steps (06 §1 uses 0.9, about
+  10 steps, for a 60-step demo). It hides spikes: the raw loss is recorded and alarmed on.
+- On resume, records after the resumed step are dropped (``JsonlSink``), so the file holds
+  exactly one record per step. Before its detector has enough history, a loss explosion
+  (10x above every loss so far) still counts as bad, so a blow-up in the first steps is
+  not taken for progress.
 
 Example::
 
@@ -29,101 +35,30 @@ Example::
         mon.log_eval(step, epoch, acc=0.71)
     mon.close()
 
-Taught in ``06_monitoring`` §4–5.
+Taught in ``06_monitoring`` §1 (the same records in plain code) and §4 (the Monitor, its alarms).
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import statistics
 import sys
 import time
-import uuid
-from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
 
-__all__ = ["LOGGERS", "SpikeDetector", "RecentSteps", "peak_memory_mb", "read_metrics", "JsonlSink",
-           "TensorBoardSink", "WandbSink", "ProgressSink", "Monitor", "wandb_mode"]
+from course_utils.alerts import RecentSteps, SpikeDetector
+from course_utils.sinks import JsonlSink, ProgressSink, TensorBoardSink, WandbSink, read_metrics
+
+# read_metrics lives beside the writer (sinks); it is named here too because every reader of a run
+# folder imports it as course_utils.monitor.read_metrics (CONTRIBUTING "one fact, one place").
+__all__ = ["LOGGERS", "Monitor", "peak_memory_mb", "read_metrics"]
 
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
-
-
-class SpikeDetector:
-    """Flags a value far above the recent median: robust to ordinary noise, loud on spikes.
-
-    A value is a spike when it is not finite, or when, after ``warmup`` values, it exceeds
-    both ``median + threshold * 1.4826 * MAD`` and ``min_ratio * median`` of the last
-    ``window`` values. Before ``warmup`` values there is no noise estimate and no judgement,
-    except, with ``explode_ratio``, for a value more than ``explode_ratio`` times every value
-    so far (an lr blow-up at step 2 must not wait 20 steps to be noticed).
-    """
-
-    def __init__(self, window: int = 50, threshold: float = 6.0, min_ratio: float = 1.5, warmup: int = 20,
-                 explode_ratio: float | None = None) -> None:
-        self.window, self.threshold, self.min_ratio, self.warmup = window, threshold, min_ratio, warmup
-        self.explode_ratio = explode_ratio
-        self.history: deque[float] = deque(maxlen=window)
-
-    def update(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return True
-        spike = False
-        if len(self.history) >= self.warmup:
-            med = statistics.median(self.history)
-            mad = statistics.median(abs(v - med) for v in self.history)
-            spike = value > med + self.threshold * 1.4826 * mad and value > self.min_ratio * med
-        elif self.explode_ratio is not None and self.history:
-            spike = value > self.explode_ratio * max(self.history)
-        self.history.append(value)
-        return spike
-
-    def state_dict(self) -> dict:
-        return {"history": list(self.history)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.history = deque(state["history"], maxlen=self.window)
-
-
-class RecentSteps:
-    """The marked steps among the last ``window`` steps: a rate, not only a streak.
-
-    "Stop after 5 bad steps in a row" never fires when every other step is bad; "stop when
-    5 of the last 50 steps were bad" does. A step marked twice counts once.
-
-    Example::
-
-        bad = RecentSteps(window=50)
-        if skipped:
-            bad.add(step)
-        if bad.count(step) >= 5: ...
-    """
-
-    def __init__(self, window: int) -> None:
-        if window < 1:
-            raise ValueError(f"window 至少为 1,实际是 {window}")
-        self.window = window
-        self.steps: set[int] = set()
-
-    def add(self, step: int) -> None:
-        self.steps.add(int(step))
-
-    def count(self, step: int) -> int:
-        """How many marked steps lie in ``(step - window, step]``. Marks older than that window are
-        forgotten, so ask with non-decreasing steps (a training loop does)."""
-        self.steps = {s for s in self.steps if s > step - self.window}
-        return sum(1 for s in self.steps if s <= step)
-
-    def state_dict(self) -> dict:
-        return {"window": self.window, "steps": sorted(self.steps)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.steps = {int(s) for s in state["steps"]}
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -136,140 +71,6 @@ def peak_memory_mb(device: torch.device) -> float:
     except ImportError:  # Windows
         import psutil
         return psutil.Process().memory_info().peak_wset / 2**20
-
-
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All complete JSON records of a ``metrics.jsonl`` (a torn last line is ignored)."""
-    records = []
-    p = Path(path)
-    if not p.exists():
-        return records
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
-class JsonlSink:
-    """One JSON object per line in ``metrics.jsonl``; on resume, records after the resumed step are dropped.
-
-    The rewrite goes through a temp file, ``fsync`` and ``os.replace``: killed at any moment,
-    the folder holds the old file or the new one, both with every record up to ``resume_step``.
-    """
-
-    def __init__(self, path: Path, resume_step: int | None = None) -> None:
-        self.path = path
-        if resume_step is not None:
-            kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("".join(json.dumps(r) + "\n" for r in kept))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        elif path.exists():
-            path.unlink()
-        self._file = open(path, "a", encoding="utf-8")
-
-    def write(self, record: dict[str, Any]) -> None:
-        with self._naming_the_file():
-            self._file.write(json.dumps(record) + "\n")
-
-    def flush(self) -> None:
-        with self._naming_the_file():
-            self._file.flush()
-
-    @contextlib.contextmanager
-    def _naming_the_file(self) -> Iterator[None]:
-        """A failed write (disk full) names no file by itself: say which one."""
-        try:
-            yield
-        except OSError as exc:
-            if exc.filename is not None:
-                raise
-            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numeric fields of a record, named ``<split>/<field>`` (TensorBoard and wandb tags)."""
-    return {f"{record['split']}/{k}": v for k, v in record.items()
-            if k not in ("split", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-class TensorBoardSink:
-    """Scalars under ``out/tensorboard``; on resume, events after the resumed step are purged."""
-
-    def __init__(self, out: Path, resume_step: int | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-        self._writer = SummaryWriter(str(out / "tensorboard"),
-                                     purge_step=None if resume_step is None else resume_step + 1)
-
-    def write(self, record: dict[str, Any]) -> None:
-        for tag, value in _scalars(record).items():
-            self._writer.add_scalar(tag, value, record["step"])
-
-    def flush(self) -> None:
-        self._writer.flush()
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-class WandbSink:
-    """A wandb run (offline without an account); the run id is kept in the folder so ``--resume`` continues it."""
-
-    def __init__(self, out: Path, project: str, config: dict) -> None:
-        self._run = _start_wandb(out, project, config)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self._run is not None:
-            self._run.log(_scalars(record), step=record["step"])
-
-    def alert(self, title: str, text: str) -> None:
-        if self._run is not None:
-            with contextlib.suppress(Exception):  # an alert must never stop training
-                self._run.alert(title=title, text=text)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        if self._run is not None:
-            self._run.finish()
-
-
-class ProgressSink:
-    """A tqdm bar: one tick per training record, the latest values as its postfix."""
-
-    def __init__(self, total_steps: int | None, resume_step: int | None = None) -> None:
-        from tqdm.auto import tqdm
-        self._bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", dynamic_ncols=True)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if record["split"] == "train":
-            sps = record["samples_per_sec"]
-            smooth = record["loss_smooth"]
-            self._bar.set_postfix(loss=f"{record['loss']:.3f}", smooth=f"{smooth if smooth is not None else float('nan'):.3f}",
-                                  gnorm=f"{record['grad_norm']:.2f}", lr=f"{record['lr']:.2e}",
-                                  sps=f"{sps:.0f}" if sps else "-", refresh=False)
-            self._bar.update(1)
-        else:
-            self._bar.write("eval @ step {}: {}".format(record["step"], ", ".join(
-                f"{k}={v:.4f}" for k, v in record.items() if k not in ("split", "step", "epoch"))))
-
-    def print(self, message: str) -> None:
-        self._bar.write(message)
-
-    def flush(self) -> None:
-        self._bar.refresh()
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 class Monitor:
@@ -412,26 +213,3 @@ class Monitor:
         for sink in self.sinks:
             sink.close()
 
-
-def wandb_mode() -> str:
-    """"online" when an API key or a login is configured, else "offline" (logs stay on disk)."""
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    netrc = Path.home() / ".netrc"
-    logged_in = netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="ignore")
-    return "online" if os.environ.get("WANDB_API_KEY") or logged_in else "offline"
-
-
-def _start_wandb(out: Path, project: str, config: dict) -> Any:
-    try:
-        import wandb
-    except ImportError:
-        print("wandb 未安装,跳过 wandb 记录(pip install wandb)")
-        return None
-    id_file = out / "wandb_run_id.txt"
-    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]  # reused on --resume
-    id_file.write_text(run_id)
-    mode = wandb_mode()
-    run = wandb.init(project=project, dir=str(out), id=run_id, resume="allow", mode=mode, config=config)
-    print(f"wandb: {mode} 模式" + (",日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
-    return run

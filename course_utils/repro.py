@@ -10,6 +10,8 @@ Pitfalls this module handles:
   algorithms with or without ``benchmark``; ``benchmark=True`` may still pick a different
   (deterministic) algorithm in each run, so bitwise repeats need it off too.
   ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call.
+- ``config.json`` is the run's identity: ``dump_run_config`` writes it atomically and durably
+  (``course_utils.durable``), so a start killed mid-write leaves the old file or the whole new one.
 
 Example::
 
@@ -22,7 +24,6 @@ Taught in ``05_reproducibility`` §1–4.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import random
@@ -33,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from course_utils.durable import atomic_write_json
 
 __all__ = ["set_seed", "set_deterministic", "rng_state", "set_rng_state", "git_commit", "run_config",
            "dump_run_config"]
@@ -123,11 +126,9 @@ def run_config(hparams: dict[str, Any], device: torch.device | str | None = None
 
 def dump_run_config(out_dir: str | os.PathLike, hparams: dict[str, Any], device: torch.device | str | None = None,
                     repo: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Write ``run_config(...)`` to ``out_dir/config.json`` and return it."""
+    """Write ``run_config(...)`` to ``out_dir/config.json`` (``durable.atomic_write_json``) and return it."""
     config = run_config(hparams, device, repo)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "config.json.tmp"
-    tmp.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "config.json")
+    atomic_write_json(out / "config.json", config)
     return config

@@ -1,4 +1,4 @@
-"""One run per folder: a lock, a status file, the saved config as the run's identity, a clean stop.
+"""One run per folder: a lock, a status file, the saved config as the run's identity, no leftovers.
 
 A run folder (``--out``) holds exactly one training run: ``config.json`` (what the run
 is), ``metrics.jsonl``, ``checkpoints/``, ``status.json`` (how it ended) and ``run.lock``.
@@ -20,17 +20,19 @@ What goes wrong without the rules below is what people actually do:
 - launchers (torchrun, some schedulers) fold a worker's exit code into 1, so "preempted"
   and "crashed" look alike. ``status.json`` is the source of truth; ``ExitCode`` is the
   single-process exit status that matches it;
-- SIGTERM (Slurm ``scancel``, Kubernetes, systemd) and Ctrl-C: ``StopSignal`` turns them
-  into a flag the loop checks at a step boundary, so the run saves and exits cleanly.
+- a process killed while writing leaves a hidden temp file (``.<name>.tmp-<pid>``, see
+  ``course_utils.durable``); ``remove_leftovers`` deletes them once the folder is claimed.
+  ``status.json`` and ``config.json`` are written with ``durable.atomic_write_json``.
 
-Only the standard library is imported here: a script can claim its folder and check its
-config in milliseconds, before it imports torch. Under torchrun only rank 0 claims the
+Only the standard library is imported here (and ``durable``, which imports only it): a script
+can claim its folder and check its config in milliseconds, before it imports torch. Under torchrun only rank 0 claims the
 folder and writes ``status.json`` and ``config.json`` (``course_utils.distributed.World``
 tells a process its rank before torch is imported); the other ranks write nothing.
 
 Example::
 
-    with StopSignal() as stop, RunFolder.claim(out, resume=args.resume, overwrite=args.overwrite) as run:
+    with RunFolder.claim(out, resume=args.resume, overwrite=args.overwrite) as run:
+        run.remove_leftovers()
         saved = run.saved_config()
         if args.resume and saved:
             changes = config_changes(saved["hparams"], vars(args), free=FREE, changeable={"lr"},
@@ -39,6 +41,8 @@ Example::
         ...
         run.write_status("finished", step=total_steps, exit_code=ExitCode.FINISHED)
 
+The clean stop on SIGTERM / Ctrl-C that ends in "preempted" is ``course_utils.signals``.
+
 Taught in ``04_checkpoint_resume`` §3 (the kill-and-resume self-test runs the reference script, which uses all of this).
 """
 from __future__ import annotations
@@ -46,15 +50,16 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import signal
 import socket
 import time
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
-__all__ = ["ExitCode", "STATES", "Refused", "RunFolder", "read_status", "holds_run", "config_changes",
-           "StopSignal"]
+from course_utils.durable import TEMP_FILE, atomic_write_json
+from course_utils.signals import StopSignal  # noqa: F401  TEMPORARY: checkpoint.py imports it from here until H3 drops that
+
+__all__ = ["ExitCode", "STATES", "Refused", "RunFolder", "read_status", "holds_run", "config_changes"]
 
 
 class ExitCode(IntEnum):
@@ -80,16 +85,6 @@ class Refused(Exception):
 
 def _now() -> str:
     return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Atomic: readers see the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def holds_run(folder: str | os.PathLike) -> bool:
@@ -177,9 +172,9 @@ class RunFolder:
         return folder
 
     def remove_leftovers(self) -> list[Path]:
-        """Delete the hidden ``.<name>.tmp-<pid>`` files a killed process left in the folder (we hold the lock,
-        so no other writer is at work)."""
-        removed = [p for p in self.path.glob(".*.tmp-*") if p.is_file()]
+        """Delete the hidden ``.<name>.tmp-<pid>`` files (``durable.TEMP_FILE``) a killed process left in the
+        folder (we hold the lock, so no other writer is at work)."""
+        removed = [p for p in self.path.iterdir() if TEMP_FILE.match(p.name) and p.is_file()]
         for path in removed:
             path.unlink(missing_ok=True)
         return removed
@@ -206,7 +201,7 @@ class RunFolder:
         """Write ``status.json`` atomically: ``state`` is "running" or one of ``STATES``' values."""
         if state != "running" and state not in STATES.values():
             raise ValueError(f"未知的状态 {state!r}")
-        _write_json(self.path / STATUS, {"state": state, "step": step, "exit_code": exit_code, "message": message,
+        atomic_write_json(self.path / STATUS, {"state": state, "step": step, "exit_code": exit_code, "message": message,
                                          "pid": os.getpid(), "host": socket.gethostname(), "updated_at": _now(),
                                          **extra})
 
@@ -231,7 +226,7 @@ class RunFolder:
         if changes:
             entry = {"step": step, "changes": {k: [old, new] for k, (old, new) in changes.items()}, "at": _now()}
             config["history"] = [*config.get("history", []), entry]
-        _write_json(self.path / CONFIG, config)
+        atomic_write_json(self.path / CONFIG, config)
         return config
 
 
@@ -293,68 +288,3 @@ def _normal(value: Any) -> Any:
 def _show(value: Any) -> str:
     return "(未设置)" if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
-
-class StopSignal:
-    """Context manager: SIGTERM and SIGINT set ``requested`` instead of killing the process.
-
-    The training loop checks ``requested`` after each optimizer step, saves a checkpoint
-    and exits. A second Ctrl-C while waiting restores the default behaviour (hard stop).
-
-    DataLoader workers: a SIGTERM sent to the whole process group (what schedulers do)
-    reaches the workers too, and a torch worker dies on a SIGTERM that does not come from
-    its parent; the main process then fails with "DataLoader worker exited unexpectedly"
-    before it can save. ``iterate(loader)`` starts the workers with SIGTERM and SIGINT
-    blocked and makes them ignore both, so only the main process reacts.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self) -> None:
-        self.requested: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-
-    def __enter__(self) -> "StopSignal":
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    install = __enter__  # for a script that installs it once, at the very start
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def iterate(self, loader: Any) -> Iterator:
-        """``iter(loader)`` whose worker processes leave SIGTERM/SIGINT to this (main) process.
-
-        The workers are forked with both signals blocked, so a signal that arrives while
-        they start stays pending; their ``worker_init_fn`` then ignores both (a pending
-        signal that is ignored is discarded) before unblocking. Signals sent to the main
-        process meanwhile are delivered once the workers exist.
-        """
-        if getattr(loader, "num_workers", 0) > 0:
-            loader.worker_init_fn = _WorkerInit(loader.worker_init_fn)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
-        try:
-            return iter(loader)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-class _WorkerInit:
-    """A DataLoader ``worker_init_fn``: ignore SIGTERM/SIGINT, unblock them, then run the original one."""
-
-    def __init__(self, then: Any = None) -> None:
-        self.then = then.then if isinstance(then, _WorkerInit) else then
-
-    def __call__(self, worker_id: int) -> None:
-        for sig in StopSignal.SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, StopSignal.SIGNALS)
-        if self.then is not None:
-            self.then(worker_id)

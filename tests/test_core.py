@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from course_utils import amp, checkpoint, clipping, debug, estimate, monitor, repro, schedule
+from course_utils import alerts, amp, checkpoint, clipping, debug, estimate, monitor, repro, schedule, sinks
 from course_utils.ema import EMA
 from course_utils.models import build_model
 
@@ -280,7 +280,7 @@ def test_restore_training_state_and_shape_mismatch():
 # ---------------------------------------------------------------- monitor
 def test_spike_detector():
     rng = np.random.default_rng(0)
-    det = monitor.SpikeDetector()
+    det = alerts.SpikeDetector()
     noise = 2.0 + 0.1 * rng.standard_normal(300)
     assert not any(det.update(v) for v in noise)
     assert det.update(6.0) and det.update(float("nan"))
@@ -353,7 +353,7 @@ def test_monitor_wandb_offline(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    assert monitor.wandb_mode() == "offline"
+    assert sinks.wandb_mode() == "offline"
     mon = monitor.Monitor(tmp_path, loggers=("wandb",), flush_every=2, progress=False, config={"lr": 0.1})
     for step in range(1, 5):
         mon.log_step(step, 0, torch.tensor(1.0), torch.tensor(0.5), False, 0.1, 8)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from course_utils import data, runfolder
-from course_utils.monitor import Monitor, RecentSteps, SpikeDetector
+from course_utils.alerts import RecentSteps, SpikeDetector
+from course_utils.monitor import Monitor
 from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, read_status
 from tests.pro_runs import fake_cifar
 

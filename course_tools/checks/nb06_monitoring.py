@@ -1,7 +1,7 @@
 """Checks for 06_monitoring.ipynb: a loss-spike detector, judged on a fixed set of curves.
 
 ``check_find_spikes(find_spikes, seed=1234)`` builds every curve from ``seed``; the
-right answer for each is what ``course_utils.monitor.SpikeDetector`` (the same rule,
+right answer for each is what ``course_utils.alerts.SpikeDetector`` (the same rule,
 online) reports. Each case targets a typical mistake, so each wrong answer fails
 whatever the seed:
 
@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from course_tools.checks import call_learner, expect, fail, passed
-from course_utils.monitor import SpikeDetector
+from course_utils.alerts import SpikeDetector
 
 
 __all__ = ["WINDOW", "training_curve", "inject_spikes", "reference_spikes", "check_cases", "check_find_spikes"]

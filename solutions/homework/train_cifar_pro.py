@@ -45,12 +45,12 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
 from course_utils.distributed import World, leave
-from course_utils.runfolder import (STATES, ExitCode, Refused, RunFolder, StopSignal, config_changes, holds_run,
-                                    read_status)
+from course_utils.runfolder import STATES, ExitCode, Refused, RunFolder, config_changes, holds_run, read_status
+from course_utils.signals import StopSignal
 
 # On --resume, these fields may differ from the saved config: they do not change what the run computes
 # (device and --deterministic change only the last bits). CHANGEABLE ones re-time the lr schedule or rescale
@@ -208,49 +208,55 @@ class StepResult:
 
 def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
                scheduler, scaler: torch.amp.GradScaler, ema: EMA | None, device: torch.device, amp_dtype,
-               clip: float, inject_nan: bool = False, phase: Callable[[str], None] | None = None,
-               loss_weight: float = 1.0) -> StepResult:
-    """One optimizer step: forward under autocast, fp32 loss, backward, unscale + clip, step or skip.
+               clip: float, loss_weight: float = 1.0) -> StepResult:
+    """One optimizer step: forward and backward, unscale + clip, step or skip, then the schedule and the EMA.
 
-    A step whose gradients are not finite is skipped: fp16's GradScaler does it itself (and lowers
-    its scale); under bf16/fp32 nothing else would notice, so the pre-clip norm is checked here.
-    A skipped step advances neither the schedule nor the EMA. ``phase(name)`` is called after each
-    part (``bench/overhead.py`` uses it to attribute time); training passes nothing.
+    A skipped step (gradients not finite) advances neither the schedule nor the EMA.
     ``loss_weight``: under DDP, this rank's share of the global batch times the number of ranks
     (1 when the shares are equal): DDP's average of the ranks' gradients is then the global batch's.
     """
-    mark = phase or (lambda name: None)
+    loss = forward_backward(model, x, y, optimizer=optimizer, scaler=scaler, device=device, amp_dtype=amp_dtype,
+                            loss_weight=loss_weight)
+    result = clip_gradients(model.parameters(), clip, scaler=scaler, optimizer=optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    skipped = optimizer_step(optimizer, scaler, result)
+    if not skipped:
+        scheduler.step()
+        if ema is not None:
+            ema.update(model)
+    return StepResult(loss=loss.detach(), clip=result, lr=lr, skipped=skipped)
+
+
+def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
+                     scaler: torch.amp.GradScaler, device: torch.device, amp_dtype,
+                     loss_weight: float = 1.0) -> torch.Tensor:
+    """Forward under autocast, the loss in fp32 (times ``loss_weight``), backward of the scaled loss; the loss."""
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
     with autocast(device, amp_dtype):
         logits = model(x)
-    loss = F.cross_entropy(logits.float(), y)  # loss in fp32
+    loss = F.cross_entropy(logits.float(), y)
     if loss_weight != 1.0:
         loss = loss * loss_weight
-    if inject_nan:
-        loss = loss * float("nan")
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
-    mark("forward+backward")
-    result = clip_gradients(model.parameters(), clip, scaler=scaler, optimizer=optimizer)
-    lr = optimizer.param_groups[0]["lr"]
-    mark("clip")
-    if scaler.is_enabled():  # fp16: the scaler skips inf/NaN steps and lowers its scale
+    return loss
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, clipped: ClipResult) -> bool:
+    """Step, unless the gradients are not finite (then True: skipped).
+
+    fp16's GradScaler skips such a step itself (and lowers its scale); under bf16/fp32 nothing else
+    would notice, so the pre-clip norm's finiteness is read here (one host sync).
+    """
+    if scaler.is_enabled():
         scale_before = scaler.get_scale()
         scaler.step(optimizer)
         scaler.update()
-        skipped = scaler.get_scale() < scale_before
-    else:  # bf16/fp32: one host read of the norm's finiteness
-        skipped = not result.is_finite()
-        mark("isfinite check")
-        if not skipped:
-            optimizer.step()
-    if not skipped:
-        scheduler.step()
-        mark("optimizer+scheduler")
-        if ema is not None:
-            ema.update(model)
-            mark("ema")
-    return StepResult(loss=loss.detach(), clip=result, lr=lr, skipped=skipped)
+        return scaler.get_scale() < scale_before
+    if not clipped.is_finite():
+        return True
+    optimizer.step()
+    return False
 
 
 def set_base_lr(optimizer: torch.optim.Optimizer, scheduler, lr: float) -> None:
@@ -309,16 +315,109 @@ def choose_checkpoint(args: argparse.Namespace, run: RunFolder, manager: Checkpo
     return found
 
 
+@dataclass
+class Training:
+    """One process's run: what ``prepare`` builds at step 0 and ``resume`` restores; the loop advances ``step``."""
+
+    args: argparse.Namespace
+    world: World
+    stop: StopSignal
+    run: RunFolder | None  # the claimed folder on rank 0; None on the other ranks
+    device: torch.device
+    train_ds: torch.utils.data.Dataset
+    test_loader: torch.utils.data.DataLoader | None  # rank 0 evaluates on the whole test set
+    steps_per_epoch: int
+    total_steps: int
+    model: torch.nn.Module  # the unwrapped module: what rank 0 evaluates and saves (no "module." prefixes)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler
+    ema: EMA | None
+    manager: CheckpointManager | None  # ranks other than 0 write nothing: no manager, no monitor, no config
+    ddp_model: torch.nn.Module | None = None  # what trains: the model, wrapped by DDP under torchrun
+    monitor: Monitor | None = None
+    config: dict | None = None
+    step: int = 0
+    last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
+
+
+class Hooks:
+    """What a test or a demo attaches to a run; training runs with this one, which does nothing.
+
+    ``attach(model, step)``: once, before the first step (``step``: where the run starts);
+    ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
+    """
+
+    def attach(self, model: torch.nn.Module, step: int) -> None:
+        pass
+
+    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
+        pass
+
+
+class Probes(Hooks):
+    """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
+
+    ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
+    NaN on every rank: the skip, the alert and the bad-step stop. ``--sample-ledger``: rank 0 appends to
+    ``sample_ledger.jsonl`` one line per step: the sample indices and labels each rank trained on.
+    """
+
+    def __init__(self, args: argparse.Namespace, world: World) -> None:
+        self.nan_steps = set(args.inject_nan_at_step)
+        self.ledger = args.out / "sample_ledger.jsonl" if args.sample_ledger else None
+        self.world = world
+        self.step, self.loader, self.shares = 0, None, None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, world: World) -> Hooks:
+        return cls(args, world) if args.inject_nan_at_step or args.sample_ledger else Hooks()
+
+    def attach(self, model: torch.nn.Module, step: int) -> None:
+        self.step = step
+        if self.nan_steps:
+            model.register_forward_hook(self.poison)
+
+    def poison(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
+        """A forward hook: NaN outputs in the training forward of a chosen step (evaluation is left alone)."""
+        return output * float("nan") if module.training and self.step + 1 in self.nan_steps else None
+
+    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
+        self.step = step
+        if self.ledger is None:
+            return
+        if loader is not self.loader:  # a new epoch (or a resume): this rank's batches of indices, in step with it
+            self.loader, self.shares = loader, iter(loader.batch_sampler)
+        ledger = gather((next(self.shares), y.tolist()))
+        if self.world.is_main:
+            with open(self.ledger, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "world_size": self.world.size, "indices": [i for i, _ in ledger],
+                                    "labels": [labels for _, labels in ledger]}) + "\n")
+
+
 def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
-          world: World) -> int:
-    out, main = args.out, world.is_main  # run (the claimed folder) is None on ranks other than 0
+          world: World, hooks: Hooks) -> ExitCode:
+    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish."""
+    t = prepare(args, stop, run, world)
+    resume(t, saved, changes)
+    hooks.attach(t.model, t.step)
+    t.model.train()
+    if world.is_main:
+        run.write_status("running", t.step, total_steps=t.total_steps, world_size=world.size)
+    return finish(t, loop(t, hooks))
+
+
+def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, world: World) -> Training:
+    """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
+    main = world.is_main
     device = pick_rank_device(args.device, world)
     setup(world, device)  # torchrun: join the other ranks (init_process_group); a plain run: nothing
     if world.launched:
         stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
         set_deterministic(True, warn_only=True)
-    set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see below)
+    set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see resume)
 
     # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches;
     # each rank trains on its share of every global batch of --batch-size
@@ -330,9 +429,9 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
     if args.batch_size < world.size:
         raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
                       "每个进程至少要分到 1 个样本")
-    if main:  # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
-        test_ds = take_fraction(load_cifar10(False), args.data_fraction)
-        test_loader = make_loader(test_ds, 512, shuffle=False, num_workers=args.workers)
+    # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
+    test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
+                              num_workers=args.workers) if main else None
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
@@ -342,25 +441,31 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = make_scheduler(optimizer, args.warmup_steps, total_steps)
     amp_dtype = autocast_dtype(device, args.amp)
-    scaler = make_grad_scaler(device, amp_dtype)
     # warm-up: with decay 0.999 a short run would evaluate weights close to the random init. Rank 0 only: after
     # each step the weights are the same on every rank, and rank 0 evaluates and saves the average
     ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 and main else None
-    if not main:  # ranks other than 0 write nothing: no checkpoint manager, no monitor, no config
-        manager = monitor = config = None
-    else:
-        manager = CheckpointManager(out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
-                                    every_seconds=args.ckpt_every_seconds, keep_last_good=True,
-                                    async_save=args.async_ckpt)
+    manager = None
+    if main:
+        manager = CheckpointManager(args.out / "checkpoints", keep_last=args.keep_last,
+                                    every_steps=args.ckpt_every_steps, every_seconds=args.ckpt_every_seconds,
+                                    keep_last_good=True, async_save=args.async_ckpt)
         leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
+    return Training(args, world, stop, run, device, train_ds, test_loader, steps_per_epoch, total_steps, model,
+                    optimizer, scheduler, amp_dtype, make_grad_scaler(device, amp_dtype), ema, manager)
 
-    # where to continue: rank 0 chooses; every rank loads that same file before DDP wraps the model
-    step, found, refusal = 0, None, None
+
+def resume(t: Training, saved: dict | None, changes: dict) -> None:
+    """Where to continue: rank 0 chooses, every rank loads that same file before DDP wraps the model.
+
+    Rank 0 also records the run's identity (config.json, with the allowed changes) and starts the monitor.
+    """
+    args, world, main, checkpoints = t.args, t.world, t.world.is_main, t.args.out / "checkpoints"
+    found, refusal = None, None
     if args.resume and main:
         try:
-            found = choose_checkpoint(args, run, manager, device)
+            found = choose_checkpoint(args, t.run, t.manager, t.device)
         except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
             refusal = str(exc)
     name, refusal = broadcast((found.path.name if found else None, refusal))
@@ -369,152 +474,159 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
     problem = None
     if name is not None and not main:
         try:
-            found = LoadedCheckpoint(out / "checkpoints" / name,
-                                     load_verified(out / "checkpoints" / name, map_location=device))
+            found = LoadedCheckpoint(checkpoints / name, load_verified(checkpoints / name, map_location=t.device))
         except CorruptCheckpointError as exc:
             problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
     same_on_all_ranks(problem or (name, found.state["step"] if found else 0), "续训起点(检查点, step)")
-    if found is None:
-        if main:
-            config = run.record_changes(saved, changes, 0) if saved else dump_run_config(
-                out, vars(args), device, repo=Path(__file__).resolve().parent)
-    else:
-        path, state = found
-        saved_world = state.get("world_size", 1)  # how many processes wrote it
-        meta = restore_training_state(state, model=model, optimizer=optimizer, scheduler=scheduler,
-                                      scaler=scaler, ema=ema, rank=world.rank, restore_rng=world.rank < saved_world)
-        step = meta["step"]
-        set_base_lr(optimizer, scheduler, args.lr)  # --allow-change lr takes effect; unchanged lr: same bits
-        if main:
-            config = run.record_changes(saved or state["config"], changes, step)
-            if changes:
-                print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
-            if state["config"].get("device") not in (None, str(device)):
-                print(f"注意: 检查点在 {state['config']['device']} 上保存,现在在 {device} 上续训;数值不再逐位一致")
-            if saved_world != world.size:
-                print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {world.size} 个: 全局 batch 仍是 "
-                      f"{args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
-            print(f"从 {path.name} 续训: step {step}(epoch {step // steps_per_epoch},"
-                  f"epoch 内第 {step % steps_per_epoch} 个 batch)")
-    if world.rank > 0 and (found is None or world.rank >= saved_world):
-        seed_rank(args.seed, world.rank, step)  # its own random stream (rank 0 keeps the one set_seed started)
-    # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward.
-    # `model` stays the unwrapped module: it is what rank 0 evaluates and saves (no "module." prefixes)
-    ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world.launched else model
+    saved_world = restore(t, found) if found else 0  # how many processes wrote the checkpoint
     if main:
-        monitor = Monitor(out, args.logger or ["jsonl"], flush_every=args.log_every, device=device,
-                          total_steps=total_steps, resume_step=step if found else None, config=config,
-                          progress=not args.no_progress, trouble_window=args.bad_step_window)
-        if found is not None:
-            monitor.load_state_dict(state["extra"]["monitor"])
-        print(f"device={device} amp={amp_dtype or 'off'} steps={total_steps} ({steps_per_epoch}/epoch) "
-              f"train={len(train_ds)} test={len(test_ds)} source={train_ds.source}"
-              + (f" processes={world.size} backend={backend_for(device)} (每个进程约 {args.batch_size // world.size}"
+        identity = saved or (found.state["config"] if found else None)  # config.json's, or the checkpoint's
+        t.config = t.run.record_changes(identity, changes, t.step) if identity else dump_run_config(
+            args.out, vars(args), t.device, repo=Path(__file__).resolve().parent)
+        if found:
+            tell_resume(t, found.path, changes, saved_world, found.state["config"].get("device"))
+    if world.rank > 0 and world.rank >= saved_world:
+        seed_rank(args.seed, world.rank, t.step)  # its own random stream (rank 0 keeps the one set_seed started)
+    # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward
+    t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
+        if world.launched else t.model
+    if main:
+        t.monitor = Monitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
+                            total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
+                            progress=not args.no_progress, trouble_window=args.bad_step_window)
+        if found:
+            t.monitor.load_state_dict(found.state["extra"]["monitor"])
+        print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
+              f"train={len(t.train_ds)} test={len(t.test_loader.dataset)} source={t.train_ds.source}"
+              + (f" processes={world.size} backend={backend_for(t.device)} (每个进程约 {args.batch_size // world.size}"
                  " 个样本/步)" if world.launched else ""))
 
-    last_saved = step if found else None
 
-    def save(metric: float | None = None) -> None:
-        nonlocal last_saved
-        same_on_all_ranks(step, "step")  # a rank off by one would save a state that no step had
-        rng_states = gather_rng_states()  # every rank's, on rank 0
-        if main:
-            with monitor.paused():
-                monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
-                manager.save(training_state(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                                            ema=ema, epoch=step // steps_per_epoch, step=step,
-                                            batch_in_epoch=step % steps_per_epoch, config=config,
-                                            extra={"monitor": monitor.state_dict()}, rng_states=rng_states),
-                             step, metric, healthy=monitor.healthy(step))
-        last_saved = step
+def restore(t: Training, found: LoadedCheckpoint) -> int:
+    """Every rank: weights, optimizer, schedule, scaler, EMA, its RNG state; how many processes saved the file."""
+    saved_world = found.state.get("world_size", 1)
+    meta = restore_training_state(found.state, model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
+                                  scaler=t.scaler, ema=t.ema, rank=t.world.rank,
+                                  restore_rng=t.world.rank < saved_world)
+    t.step = t.last_saved = meta["step"]
+    set_base_lr(t.optimizer, t.scheduler, t.args.lr)  # --allow-change lr takes effect; unchanged lr: same bits
+    return saved_world
 
-    def run_eval() -> float | None:
-        if not main:
-            return None
-        with monitor.paused():
-            acc, loss = evaluate(model, stop.iterate(test_loader), device, amp_dtype)
-            metrics = {"acc": acc, "loss": loss}
-            if ema is not None:
-                metrics["acc_ema"], metrics["loss_ema"] = evaluate(ema.module, stop.iterate(test_loader), device,
-                                                                   amp_dtype)
-            monitor.log_eval(step, (step - 1) // steps_per_epoch, **metrics)
-        return metrics.get("acc_ema", acc)
 
-    if main:
-        run.write_status("running", step, total_steps=total_steps, world_size=world.size)
-    exit_code = ExitCode.FINISHED
+def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_device: str | None) -> None:
+    """Rank 0: what changed since the checkpoint was saved, and where the run continues."""
+    if changes:
+        print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
+    if saved_device not in (None, str(t.device)):
+        print(f"注意: 检查点在 {saved_device} 上保存,现在在 {t.device} 上续训;数值不再逐位一致")
+    if saved_world != t.world.size:
+        print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
+              f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
+    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.steps_per_epoch},"
+          f"epoch 内第 {t.step % t.steps_per_epoch} 个 batch)")
+
+
+def loop(t: Training, hooks: Hooks) -> ExitCode:
+    """One optimizer step per turn; eval and checkpoints where they fall due. FINISHED, BAD_STEPS or PREEMPTED."""
+    args, world, main = t.args, t.world, t.world.is_main
     batches = None
-    model.train()
-    while step < total_steps and not any_rank(stop.requested):  # a stop on any rank: all leave at this step
-        epoch, position = divmod(step, steps_per_epoch)
+    while t.step < t.total_steps:
+        if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
+            return ExitCode.PREEMPTED
+        epoch, position = divmod(t.step, t.steps_per_epoch)
         if batches is None or position == 0:  # a new epoch, or the first batch after a resume
-            loader = make_loader(train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=position,
-                                 num_workers=args.workers, drop_last=True, pin_memory=device.type == "cuda",
+            loader = make_loader(t.train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=position,
+                                 num_workers=args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
                                  rank=world.rank, world_size=world.size)  # this rank's share of each global batch
-            batches = stop.iterate(loader)
-            shares = iter(loader.batch_sampler) if args.sample_ledger else None  # the indices of those batches
+            batches = t.stop.iterate(loader)
         x, y = next(batches)
-        result = train_step(ddp_model, x, y, optimizer=optimizer, scheduler=scheduler, scaler=scaler, ema=ema,
-                            device=device, amp_dtype=amp_dtype, clip=args.clip,
-                            inject_nan=step + 1 in args.inject_nan_at_step,
+        result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
+                            ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
                             loss_weight=len(y) * world.size / args.batch_size)
-        step += 1
-        if args.sample_ledger:  # tests: the samples (and labels) each rank trained on at this step
-            ledger = gather((next(shares), y.tolist()))
-            if main:
-                with open(out / "sample_ledger.jsonl", "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"step": step, "world_size": world.size, "indices": [i for i, _ in ledger],
-                                        "labels": [labels for _, labels in ledger]}) + "\n")
+        t.step += 1
+        hooks.after_step(t.step, loader, y)
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
         bad = time_to_save = False
         if main:
-            manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
-            monitor.log_step(step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr, args.batch_size,
-                             skipped=result.skipped)
-            if result.skipped and not scaler.is_enabled():
-                monitor.alert("non-finite step", f"step {step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", step)
-            bad = monitor.trouble.count(step) >= args.max_bad_steps  # a rate over a window, not only a streak
-            time_to_save = manager.should_save(step)
+            t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
+            t.monitor.log_step(t.step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr, args.batch_size,
+                               skipped=result.skipped)
+            if result.skipped and not t.scaler.is_enabled():
+                t.monitor.alert("non-finite step", f"step {t.step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", t.step)
+            bad = t.monitor.trouble.count(t.step) >= args.max_bad_steps  # a rate over a window, not only a streak
+            time_to_save = t.manager.should_save(t.step)
         bad, time_to_save = from_main(bad, time_to_save)  # rank 0 holds the metrics and the clock
         if bad:
-            exit_code = ExitCode.BAD_STEPS
-            break
-        if step % steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
-            save(run_eval())
-        elif step == total_steps:  # --max-steps inside an epoch
-            run_eval()
-            save()
+            return ExitCode.BAD_STEPS
+        if t.step % t.steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
+            save(t, evaluate_now(t))
+        elif t.step == t.total_steps:  # --max-steps inside an epoch
+            evaluate_now(t)
+            save(t)
         elif time_to_save:
-            save()
-    if exit_code == ExitCode.FINISHED and step < total_steps:  # SIGTERM/Ctrl-C on some rank: save here, stop cleanly
-        if last_saved != step:
-            save()
-        exit_code = ExitCode.PREEMPTED
-        received = "、".join(f"{sig}(rank {r})" for r, sig in enumerate(gather(stop.requested)) if sig) \
-            if world.launched else stop.requested
+            save(t)
+    return ExitCode.FINISHED
 
+
+def save(t: Training, metric: float | None = None) -> None:
+    """A full checkpoint of this step: every rank sends its RNG state, rank 0 writes."""
+    same_on_all_ranks(t.step, "step")  # a rank off by one would save a state that no step had
+    rng_states = gather_rng_states()  # every rank's, on rank 0
+    if t.world.is_main:
+        with t.monitor.paused():
+            t.monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
+            t.manager.save(training_state(model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
+                                          scaler=t.scaler, ema=t.ema, epoch=t.step // t.steps_per_epoch, step=t.step,
+                                          batch_in_epoch=t.step % t.steps_per_epoch, config=t.config,
+                                          extra={"monitor": t.monitor.state_dict()}, rng_states=rng_states),
+                           t.step, metric, healthy=t.monitor.healthy(t.step))
+    t.last_saved = t.step
+
+
+def evaluate_now(t: Training) -> float | None:
+    """Rank 0: accuracy and loss of the weights (and of the EMA weights), logged; the metric for best.pt."""
+    if not t.world.is_main:
+        return None
+    with t.monitor.paused():
+        acc, loss = evaluate(t.model, t.stop.iterate(t.test_loader), t.device, t.amp_dtype)
+        metrics = {"acc": acc, "loss": loss}
+        if t.ema is not None:
+            metrics["acc_ema"], metrics["loss_ema"] = evaluate(t.ema.module, t.stop.iterate(t.test_loader), t.device,
+                                                               t.amp_dtype)
+        t.monitor.log_eval(t.step, (t.step - 1) // t.steps_per_epoch, **metrics)
+    return metrics.get("acc_ema", acc)
+
+
+def finish(t: Training, exit_code: ExitCode) -> ExitCode:
+    """A stop saves this step; rank 0 waits for the saves, writes status.json and says how the run ended."""
+    step, main = t.step, t.world.is_main
+    if exit_code == ExitCode.PREEMPTED:  # SIGTERM/Ctrl-C on some rank: save here, stop cleanly
+        if t.last_saved != step:
+            save(t)
+        received = "、".join(f"{sig}(rank {r})" for r, sig in enumerate(gather(t.stop.requested)) if sig) \
+            if t.world.launched else t.stop.requested
     if main:
-        manager.wait()  # --async-ckpt: the save in flight is on disk before status.json says how the run ended
+        t.manager.wait()  # --async-ckpt: the save in flight is on disk before status.json says how the run ended
         if exit_code == ExitCode.BAD_STEPS:
-            good = manager.last_good_step()
+            good = t.manager.last_good_step()
             where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
                      "--resume 会从 last_good.pt 继续" if good is not None else
                      "还没有健康的检查点,--resume 会从 step 0 重新开始")
-            message = (f"最近 {args.bad_step_window} 步里有 {monitor.trouble.count(step)} 个坏步(inf/NaN 或 loss 尖峰),"
-                       f"在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 --allow-change lr)"
-                       "或检查数据")
-            monitor.alert("stopped", message, step)
+            message = (f"最近 {t.args.bad_step_window} 步里有 {t.monitor.trouble.count(step)} 个坏步(inf/NaN 或 "
+                       f"loss 尖峰),在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 "
+                       "--allow-change lr)或检查数据")
+            t.monitor.alert("stopped", message, step)
         elif exit_code == ExitCode.PREEMPTED:
             message = f"收到 {received}: 已在 step {step} 保存检查点,安全退出。用 --resume 继续"
         else:
-            message = f"完成: {step} 步,检查点在 {manager.directory}"
-        monitor.close()
-        run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message, total_steps=total_steps,
-                         last_good_step=manager.last_good_step(), world_size=world.size)
+            message = f"完成: {step} 步,检查点在 {t.manager.directory}"
+        t.monitor.close()
+        t.run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message,
+                           total_steps=t.total_steps, last_good_step=t.manager.last_good_step(),
+                           world_size=t.world.size)
         if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
             print(message)
-    teardown(world)  # every rank waits until rank 0 has written status.json, then leaves the process group
+    teardown(t.world)  # every rank waits until rank 0 has written status.json, then leaves the process group
     return exit_code
 
 
@@ -542,7 +654,7 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, save
         if run is not None and run.moved_aside:
             print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         try:
-            return train(args, stop, run, saved, changes, world)
+            return train(args, stop, run, saved, changes, world, Probes.from_args(args, world))
         except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
             return refuse(exc) if world.is_main else ExitCode.REFUSED
         except (UnreadableDataError, RanksDisagree) as exc:
