@@ -12,13 +12,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from course_tools.checks.nb10_homework import HEALTHY, TRAIN, TWIN
 from tests.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
 PATCHES = sorted((ROOT / "tests" / "fixtures" / "homework_learner").glob("0*.diff"))
 BASELINE = ROOT / "notebooks" / "homework" / "train_cifar.py"
 HOMEWORK = Path("notebooks") / "homework"
-TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_broken_labels.py"
 
 
 def fake(folder: Path, name: str, module: str, **options) -> Path:
@@ -31,7 +31,7 @@ def fake(folder: Path, name: str, module: str, **options) -> Path:
     return path
 
 
-def fake_train(folder: Path, level: int = 3, bug: str | None = None) -> Path:
+def fake_train(folder: Path, level: int = 4, bug: str | None = None) -> Path:
     return fake(folder, TRAIN, "fake_train", level=level, bug=bug)
 
 

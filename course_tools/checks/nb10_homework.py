@@ -2,21 +2,34 @@
 
 Each check starts the learner's script as a subprocess, exactly as the 约定 (contract) block
 at the end of its section in ``10_homework.ipynb`` shows, then reads the files the script
-wrote. The contract, in the order the four upgrades introduce it:
+wrote. The contract, in the order the five upgrades introduce it:
 
 1. ``check_config``: flags ``--out DIR --seed N --max-steps N --model {small,tiny}
    --data-fraction F`` (plus the baseline's ``--epochs --batch-size --lr``);
    ``DIR/config.json`` holds the seed (key ``seed``, any depth) and the git commit (a key
    whose name contains ``commit``); ``DIR/metrics.jsonl`` has one JSON object per optimizer
    step with ``step`` (1, 2, ...) and ``loss``; eval records carry ``"split": "val"``.
-2. ``check_resume``: ``--resume`` (continue from the newest checkpoint in ``DIR``) and
-   ``--ckpt-every-steps N``; ``metrics.jsonl`` written while training (flushed at least at
-   every checkpoint); after ``--resume`` it is appended to or recreated, step numbers continue.
+2. ``check_resume``: ``--resume`` (continue from the newest checkpoint in ``DIR``),
+   ``--ckpt-every-steps N`` and ``--dropout P`` (dropout draws its masks from the global
+   generator: a checkpoint without the RNG state resumes onto other masks); ``metrics.jsonl``
+   written while training (flushed at least at every checkpoint); after ``--resume`` it is
+   appended to or recreated, step numbers continue.
 3. ``check_clipping``: ``--clip MAX_NORM``; every training record has ``grad_norm`` (the
-   PRE-clip global norm) and ``clipped`` (bool).
-4. ``check_overfit``: ``debug_overfit.py`` and ``debug_overfit_broken_labels.py`` take
+   PRE-clip global norm) and ``clipped`` (bool); the clip acts (``--clip 1e-4`` and
+   ``--clip 1e6`` train differently).
+4. ``check_ema``: ``--ema-decay D`` (0 disables); the evaluation at the end of training is a
+   ``"split": "val"`` record with ``loss``, ``acc``, ``loss_ema``, ``acc_ema`` (no ``*_ema``
+   when disabled); the EMA is in the checkpoint: after a kill and ``--resume`` the final EMA
+   evaluation equals the uninterrupted run's.
+5. ``check_overfit``: ``debug_overfit.py`` and ``debug_overfit_broken_labels.py`` take
    ``--out --steps --batch-size --model --seed``, write ``DIR/metrics.jsonl`` (``step``,
-   ``loss``, ``grad_norm``), exit 0 when the batch was memorised, non-zero otherwise.
+   ``loss``, ``grad_norm``) and ``DIR/samples.png``, exit 0 when the batch was memorised,
+   non-zero otherwise.
+
+``UPGRADES`` lists them in order for the grader (``course_tools.grade``); every check takes a
+``launcher`` (how a script is started: ``LOCAL``, or the grader's sandbox) and a ``workdir``
+(where the run folders go). Files the scripts write are untrusted: the readers refuse
+symlinks and oversized files. Each check prints the absolute path of the script it runs.
 
 Outcomes never depend on luck: the seeds are fixed (``seed=1234``), so a failure reproduces
 with the command the failure message prints. When a script stops early, the failure shows
@@ -24,41 +37,68 @@ the script's own error (the argparse message, or the exception and the learner's
 not a consequence of it. Scripts run side by side with one CPU thread each (two threads per
 process on a busy 2-core machine are several times slower: ``bench/threads.py``).
 
-Example::
+Reference machinery (the homework of ``10_homework``). Example::
 
     from course_tools.checks.nb10_homework import check_config
     check_config("notebooks/homework/train_cifar.py")
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
-from typing import Any
+from typing import IO, Any, Protocol
 
-from course_tools.checks import expect, fail, passed
+from course_tools.checks import CheckFailed, expect, fail, passed
 from course_tools.quiet import quiet_environ
-from course_utils.monitor import read_metrics
 from course_utils.repro import git_commit
 
-__all__ = ["SEED", "SMALL_RUN", "TIMEOUT", "read_train_records", "check_config", "check_resume",
-           "check_clipping", "check_overfit"]
+__all__ = ["SEED", "SMALL_RUN", "TIMEOUT", "METRICS_CAP", "CONFIG_CAP", "Launcher", "LOCAL", "Upgrade", "UPGRADES",
+           "read_records", "read_train_records", "check_config", "check_resume", "check_clipping", "check_ema",
+           "check_overfit"]
 
 
 SEED = 1234
 # Tiny runs: the smallest model on 10% of the data; --max-steps ends them, not --epochs.
 SMALL_RUN = ["--model", "tiny", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "1000"]
 TIMEOUT = 300       # seconds for one run of a script
+METRICS_CAP = 64 * 2**20   # bytes: a metrics.jsonl larger than this is refused unread
+CONFIG_CAP = 2**20         # bytes: the same for config.json
 _POLL = 0.05        # seconds between looks at the running scripts
 _TAIL = 6           # log lines shown when no error line can be recognised
+
+
+class Launcher(Protocol):
+    """How a check starts one run of a learner's script.
+
+    ``argv[0]`` is the Python executable, ``argv[1]`` the script. ``writable`` is the run's own
+    folder (its ``--out``, created by the check before the launch): the only host path the
+    process may write. Output goes to ``stdout`` (stderr merged). The process returned must die
+    with everything it started on ``os.killpg(proc.pid, SIGKILL)``.
+    """
+
+    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
+                 writable: Path) -> subprocess.Popen: ...
+
+
+def _launch_local(argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
+                  writable: Path) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT, env=env,
+                            cwd=cwd, start_new_session=True)
+
+
+LOCAL: Launcher = _launch_local  # a plain subprocess in its own session (the learner's own machine)
 
 
 def _env() -> dict[str, str]:
@@ -108,12 +148,29 @@ def _script_error(text: str, folder: Path) -> tuple[str, list[str]]:
 
 # ------------------------------------------------------------------ running scripts
 
+@contextlib.contextmanager
+def _scratch(workdir: Path | None, name: str) -> Iterator[Path]:
+    """The folder of one check's runs: a fresh one under ``workdir`` (kept), or a temporary one."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield Path(tmp)
+    else:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+
+
+def _announce(*scripts: Path) -> None:
+    """The first line of every check: the absolute path of each script it runs."""
+    print("运行: " + "、".join(str(s) for s in scripts))
+
+
 class _Run:
     """One run of a learner's script: command, log file and run folder (``--out``)."""
 
     def __init__(self, script: Path, args: list[str], workdir: Path, name: str, what: str,
-                 log_name: str | None = None) -> None:
+                 launcher: Launcher | None = None, log_name: str | None = None) -> None:
         self.script, self.what = script, what
+        self.launcher = launcher or LOCAL
         self.advice = ""  # said before the reproduce command when the script stops with an error
         self.out = workdir / name
         self.log = workdir / f"{log_name or name}.log"
@@ -122,10 +179,10 @@ class _Run:
         self._handle = None
 
     def start(self) -> _Run:
+        self.out.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.log, "w", encoding="utf-8")
-        self.proc = subprocess.Popen([sys.executable, str(self.script), *self.args], stdin=subprocess.DEVNULL,
-                                     stdout=self._handle, stderr=subprocess.STDOUT, env=_env(), cwd=self.script.parent,
-                                     start_new_session=True)
+        self.proc = self.launcher([sys.executable, str(self.script), *self.args], cwd=self.script.parent,
+                                  env=_env(), stdout=self._handle, writable=self.out)
         return self
 
     def poll(self) -> int | None:
@@ -152,7 +209,10 @@ class _Run:
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
 
     def records(self) -> list[dict[str, Any]]:
-        return read_metrics(self.out / "metrics.jsonl")
+        try:
+            return read_records(self.out / "metrics.jsonl")
+        except CheckFailed:  # polled while running: a refused file is reported when the check reads it
+            return []
 
     def max_step(self) -> int:
         steps = [r["step"] for r in self.records()
@@ -221,22 +281,81 @@ def _run_all(runs: list[_Run], limit: int | None = None, ok: bool = True, resume
 
 # ------------------------------------------------------------------ reading what the script wrote
 
+def _read_untrusted_bytes(path: Path, cap: int) -> bytes | None:
+    """The bytes of a file the learner's script wrote, or None when it does not exist.
+
+    A symlink (the file or its folder) and anything but a regular file are refused, and so is a
+    file over ``cap`` bytes: the script is untrusted, its files may point anywhere or fill memory.
+    """
+    for p in (path.parent, path):
+        if p.is_symlink():
+            fail(f"{p.name} 是脚本自己写的普通文件", f"{p.name} 是符号链接", "直接写文件,不要链接到别处")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        fail(f"{path.name} 可以读取", f"{type(exc).__name__}: {exc.strerror}", "直接写文件,不要链接到别处")
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        expect(stat.S_ISREG(info.st_mode), f"{path.name} 是普通文件", "它不是", "用 open(..., \"w\") 写出")
+        data = f.read(cap + 1)
+    expect(len(data) <= cap, f"{path.name} 不超过 {cap // 2**20} MiB", "超过了",
+           "检查只跑几十步: 每步一行 JSON,不会有这么大")
+    return data
+
+
+def _read_untrusted(path: Path, cap: int) -> str | None:
+    """The text of a file the learner's script wrote (see ``_read_untrusted_bytes``)."""
+    data = _read_untrusted_bytes(path, cap)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def read_records(path: Path) -> list[Any]:
+    """Every complete JSON line of a ``metrics.jsonl`` written by the learner ([] when it does not exist).
+
+    A torn or invalid line is skipped (the process may be killed while writing it).
+    """
+    text = _read_untrusted(Path(path), METRICS_CAP)
+    records = []
+    for line in (text or "").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def read_train_records(out: Path) -> dict[int, dict[str, Any]]:
     """Training records of ``out/metrics.jsonl`` by step (the last record of a step wins)."""
     path = out / "metrics.jsonl"
-    expect(path.exists(), f"--out 目录里有 {path.name}", "没有这个文件",
+    expect(path.exists() or path.is_symlink(), f"--out 目录里有 {path.name}", "没有这个文件",
            '每个优化器步追加一行 JSON,例如 {"step": 1, "loss": 2.3051}(见本节约定)')
     records: dict[int, dict[str, Any]] = {}
-    for rec in read_metrics(path):
+    for rec in read_records(path):
         if not isinstance(rec, dict) or rec.get("split", "train") != "train":
             continue
         expect("step" in rec and "loss" in rec, "每条训练记录都有 step 和 loss",
                f"记录 {json.dumps(rec, ensure_ascii=False)[:200]}", '评估记录要带 "split": "val"')
-        expect(isinstance(rec["step"], int) and isinstance(rec["loss"], (int, float)) and not isinstance(rec["loss"], bool),
+        expect(isinstance(rec["step"], int) and _number(rec["loss"]),
                "step 是整数、loss 是数字", f"step={rec['step']!r}, loss={rec['loss']!r}", "写 loss.item(),不要写张量或字符串")
         records[rec["step"]] = rec
     expect(len(records) > 0, f"{path.name} 里至少有一条训练记录", "一条也没有")
     return records
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_config(out: Path) -> Any:
+    text = _read_untrusted(out / "config.json", CONFIG_CAP)
+    expect(text is not None, "--out 目录里有 config.json", "没有",
+           "启动时写出: course_utils.repro.dump_run_config(args.out, vars(args))")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        fail("config.json 是合法 JSON", f"{type(exc).__name__}: {str(exc)[:200]}", "用 json.dump 写,不要手拼字符串")
 
 
 def _config_values(obj: Any, name: str, substring: bool = False) -> list[Any]:
@@ -257,32 +376,38 @@ def _losses(records: dict[int, dict[str, Any]]) -> list[float]:
     return [round(records[s]["loss"], 5) for s in sorted(records)]
 
 
+def _finish(message: str, start: float) -> str:
+    message = f"{message}(用时 {time.monotonic() - start:.0f} s)"
+    passed(message)
+    return message
+
+
 # ------------------------------------------------------------------ upgrade 1
 
-def check_config(script: str | os.PathLike, seed: int = SEED) -> None:
-    """Upgrade 1: ``--seed`` makes runs repeatable, and ``config.json`` records seed and commit."""
+def check_config(script: str | os.PathLike, seed: int = SEED, *, launcher: Launcher | None = None,
+                 workdir: Path | None = None, commit: str | None = None) -> str:
+    """Upgrade 1: ``--seed`` makes runs repeatable, and ``config.json`` records seed and commit.
+
+    ``commit``: None, the recorded commit must be ``git rev-parse HEAD`` of the script's folder
+    (when it is in a git repository); a hash, it must be that one; ``""`` (no history known), any
+    non-empty value of a key naming the commit will do.
+    """
     script = _script(script)
+    _announce(script)
     start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        a, b, c = (_Run(script, ["--seed", str(s), "--max-steps", "3", *SMALL_RUN], tmp, name, f"--seed {s} 的运行")
-                   for name, s in (("a", seed), ("b", seed), ("c", seed + 1)))
+    with _scratch(workdir, "config") as tmp:
+        a, b, c = (_Run(script, ["--seed", str(s), "--max-steps", "3", *SMALL_RUN], tmp, name, f"--seed {s} 的运行",
+                        launcher) for name, s in (("a", seed), ("b", seed), ("c", seed + 1)))
         _run_all([a, b, c], limit=3)
-        cfg_path = a.out / "config.json"
-        expect(cfg_path.exists(), "--out 目录里有 config.json", "没有",
-               "启动时写出: course_utils.repro.dump_run_config(args.out, vars(args))")
-        try:
-            config = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            fail("config.json 是合法 JSON", f"{type(exc).__name__}: {exc}", "用 json.dump 写,不要手拼字符串")
+        config = _read_config(a.out)
         seeds = _config_values(config, "seed")
         expect(seed in seeds, f"config.json 里 seed = {seed}(本次传入的 --seed)", f"找到的 seed: {seeds or '无'}",
                "把全部命令行参数写进去: dump_run_config(args.out, vars(args))")
-        commits = [v for v in _config_values(config, "commit", substring=True) if isinstance(v, str)]
+        commits = [v for v in _config_values(config, "commit", substring=True) if isinstance(v, str) and v.strip()]
         expect(bool(commits), "config.json 里有 git commit(键名含 commit)", "没有",
                "dump_run_config 会写 git_commit;自己写时用 git rev-parse HEAD")
-        head, _ = git_commit(script.parent)
-        if head != "unknown":
+        head = git_commit(script.parent)[0] if commit is None else commit
+        if head and head != "unknown":
             expect(head in commits, f"记录的 commit 等于当前 HEAD {head[:10]}", f"{commits}",
                    "commit 要取脚本所在仓库的 HEAD")
         ra, rb, rc = (read_train_records(run.out) for run in (a, b, c))
@@ -296,99 +421,132 @@ def check_config(script: str | os.PathLike, seed: int = SEED) -> None:
         differ = any(abs(ra[s]["loss"] - rc[s]["loss"]) > 1e-6 for s in steps if s in rc)
         expect(differ, f"换成 --seed {seed + 1},loss 随之改变", f"两个 seed 的 loss 都是 {_losses(ra)}",
                "set_seed 用的是 args.seed 吗?种子写死了,--seed 就不起作用")
-    passed(f"升级 1: --seed {seed} 两次运行逐步一致,换 seed 会变;config.json 记录了 seed 和 commit"
-           f"(用时 {time.monotonic() - start:.0f} s)")
+    return _finish(f"升级 1: --seed {seed} 两次运行逐步一致,换 seed 会变;config.json 记录了 seed 和 commit", start)
 
 
 # ------------------------------------------------------------------ upgrade 2
 
+RESUME_RUN = ["--dropout", "0.1", *SMALL_RUN]  # dropout: the global generator's state matters on resume
+
+
+@dataclass
+class _Interrupted:
+    """An uninterrupted run and a killed-then-resumed one with the same command line."""
+
+    ref: _Run
+    resumed: _Run
+    killed_at: int
+    before: dict[int, dict[str, Any]]     # training records written before the kill
+    reference: dict[int, dict[str, Any]]  # the uninterrupted run's
+    after: dict[int, dict[str, Any]]      # the resumed process's
+    first: int                            # its first step
+
+
+def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher | None, total_steps: int,
+                 kill_after: int, extra: list[_Run] = ()) -> _Interrupted:
+    """Run ``common`` twice side by side (and ``extra`` beside them), SIGKILL one of them once its
+    ``metrics.jsonl`` shows step ``kill_after``, move its ``metrics.jsonl`` out of its folder and
+    resume it with ``--resume``. Fails on a run that cannot be killed mid-training."""
+    ref = _Run(script, common, tmp, "ref", "不中断的参照运行", launcher)
+    run = _Run(script, common, tmp, "run", "被中断的运行", launcher)
+    others = [ref, *extra]
+    for r in (ref, run, *extra):
+        r.start()
+    try:
+        _watch([run, *others], limit=total_steps, until=lambda: run.max_step() >= kill_after)
+        if run.poll() is not None:  # exited with code 0 before we could kill it
+            read_train_records(run.out)
+            written = run.max_step()
+            expect(written >= kill_after, f"被中断的运行一直训练到 step {total_steps}",
+                   f"进程正常退出,metrics.jsonl 只记到 step {written}",
+                   "--max-steps 到了才结束;检查会同时传 --epochs 1000")
+            fail(f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
+                 f"进程已跑完 {total_steps} 步并退出,这之前 metrics.jsonl 里没有 step {kill_after}",
+                 "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
+        killed_at = run.max_step()
+        run.kill()
+        expect(killed_at < total_steps, f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
+               f"metrics.jsonl 第一次有内容时已经记到 step {killed_at}(训练已结束)",
+               "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
+        _watch(others, limit=total_steps)
+    finally:
+        for r in (ref, run, *extra):
+            r.kill()
+    before = read_train_records(run.out)
+    os.replace(run.out / "metrics.jsonl", tmp / "run.before_kill.jsonl")  # out of reach of the resumed process
+    resumed = _Run(script, [*common, "--resume"], tmp, "run", "--resume 续训", launcher, log_name="resume")
+    resumed.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
+                      "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
+    _run_all([resumed], limit=total_steps, resumed=True)
+    reference = read_train_records(ref.out)
+    expect((run.out / "metrics.jsonl").exists(), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
+           "--resume 时追加或重新创建 metrics.jsonl 都可以")
+    after = read_train_records(run.out)
+    first = min(after)
+    expect(first > 1, "--resume 从检查点接着训练(续训进程的第一步 > 1)", "续训进程从 step 1 重新开始",
+           "--resume 时加载 --out 里最新的检查点,并从它保存的 step 接着数")
+    expect(first <= killed_at + 1, f"续训从 kill 之前存下的检查点开始(≤ step {killed_at + 1})",
+           f"从 step {first} 开始,可被中断的运行只记到了 step {killed_at}", "step 编号要接着检查点里保存的 step")
+    expect(sorted(after) == list(range(first, total_steps + 1)),
+           f"续训进程记录 step {first}..{total_steps},不缺不重", f"steps {sorted(after)[:3]}…{sorted(after)[-3:]}",
+           "续训后每个优化器步记一行,到 --max-steps 为止")
+    missing = [s for s in range(1, first) if s not in before]
+    expect(not missing, f"kill 之前 metrics.jsonl 已有 step 1..{first - 1}", f"缺少 {missing[:5]}",
+           "每次存检查点之前先 flush() metrics.jsonl:检查点覆盖到的步,记录必须已经在磁盘上")
+    mismatched = [s for s in sorted(after) if s not in reference or not _close(after[s]["loss"], reference[s]["loss"])]
+    if mismatched:
+        s = mismatched[0]
+        hint = ("续训后的第一步就不同: 这一步的 batch、模型权重或 dropout 的随机掩码和原来的不一样。"
+                "数据顺序要只取决于 (seed, epoch),并从 epoch 中间接着取: "
+                "make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k);dropout 的掩码取自 torch 的全局"
+                "随机数生成器,它的随机数状态也要存进检查点并恢复"
+                if s == first else
+                f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
+                "或随机数状态没有完整恢复")
+        ref_loss = f"{reference[s]['loss']:.5f}" if s in reference else "没有这一步"
+        fail("续训后的 loss 与不中断的运行逐步一致(曲线无缝衔接)",
+             f"step {s}: 续训 {after[s]['loss']:.5f} vs 不中断 {ref_loss}", hint)
+    return _Interrupted(ref, resumed, killed_at, before, reference, after, first)
+
+
+def _close(a: float, b: float, rel: float = 1e-3) -> bool:
+    return abs(a - b) <= rel * max(1.0, abs(b))
+
+
 def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int = 60, kill_after: int = 25,
-                 every: int = 10) -> None:
+                 every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 2: SIGKILL mid-run, ``--resume``: the loss curve equals the uninterrupted run's.
 
-    Runs the script twice side by side with the same seed: one runs to the end (the
-    reference), the other (the interrupted run) is killed with SIGKILL (no chance to save)
-    once ``metrics.jsonl`` shows step ``kill_after``. Its ``metrics.jsonl`` is moved aside,
-    then it is resumed: the resumed process must start after step 1 and its losses must
-    match the reference at the same steps.
+    Runs the script twice side by side with the same seed (and dropout, so the global RNG
+    state matters): one runs to the end (the reference), the other is killed with SIGKILL (no
+    chance to save) once ``metrics.jsonl`` shows step ``kill_after``. Its ``metrics.jsonl`` is
+    moved aside, then it is resumed: the resumed process must start after step 1 and its
+    losses must match the reference at the same steps.
     """
     script = _script(script)
+    _announce(script)
     start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        common = ["--seed", str(seed), "--max-steps", str(total_steps), "--ckpt-every-steps", str(every), *SMALL_RUN]
-        ref = _Run(script, common, tmp, "ref", "不中断的参照运行")
-        run = _Run(script, common, tmp, "run", "被中断的运行")
-        ref.start()
-        run.start()
-        try:
-            _watch([run, ref], limit=total_steps, until=lambda: run.max_step() >= kill_after)
-            if run.poll() is not None:  # exited with code 0 before we could kill it
-                read_train_records(run.out)
-                written = run.max_step()
-                expect(written >= kill_after, f"被中断的运行一直训练到 step {total_steps}",
-                       f"进程正常退出,metrics.jsonl 只记到 step {written}",
-                       "--max-steps 到了才结束;检查会同时传 --epochs 1000")
-                fail(f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
-                     f"进程已跑完 {total_steps} 步并退出,这之前 metrics.jsonl 里没有 step {kill_after}",
-                     "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
-            killed_at = run.max_step()
-            run.kill()
-            expect(killed_at < total_steps, f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
-                   f"metrics.jsonl 第一次有内容时已经记到 step {killed_at}(训练已结束)",
-                   "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
-            _watch([ref], limit=total_steps)
-        finally:
-            ref.kill()
-            run.kill()
-        before = read_train_records(run.out)
-        os.replace(run.out / "metrics.jsonl", run.out / "metrics.before_kill.jsonl")
-        resumed = _Run(script, [*common, "--resume"], tmp, "run", "--resume 续训", log_name="resume")
-        resumed.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
-                          "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
-        _run_all([resumed], limit=total_steps, resumed=True)
-        reference = read_train_records(ref.out)
-        expect(os.path.exists(run.out / "metrics.jsonl"), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
-               "--resume 时追加或重新创建 metrics.jsonl 都可以")
-        after = read_train_records(run.out)
-        first = min(after)
-        expect(first > 1, "--resume 从检查点接着训练(续训进程的第一步 > 1)", "续训进程从 step 1 重新开始",
-               "--resume 时加载 --out 里最新的检查点,并从它保存的 step 接着数")
-        expect(first <= killed_at + 1, f"续训从 kill 之前存下的检查点开始(≤ step {killed_at + 1})",
-               f"从 step {first} 开始,可被中断的运行只记到了 step {killed_at}", "step 编号要接着检查点里保存的 step")
-        expect(sorted(after) == list(range(first, total_steps + 1)),
-               f"续训进程记录 step {first}..{total_steps},不缺不重", f"steps {sorted(after)[:3]}…{sorted(after)[-3:]}",
-               "续训后每个优化器步记一行,到 --max-steps 为止")
-        missing = [s for s in range(1, first) if s not in before]
-        expect(not missing, f"kill 之前 metrics.jsonl 已有 step 1..{first - 1}", f"缺少 {missing[:5]}",
-               "每次存检查点之前先 flush() metrics.jsonl:检查点覆盖到的步,记录必须已经在磁盘上")
-        mismatched = [s for s in sorted(after)
-                      if abs(after[s]["loss"] - reference[s]["loss"]) > 1e-3 * max(1.0, abs(reference[s]["loss"]))]
-        if mismatched:
-            s = mismatched[0]
-            hint = ("续训后的第一步就不同: 这一步的 batch 或模型权重和原来的不一样。数据顺序要只取决于 (seed, epoch),"
-                    "并从 epoch 中间接着取: make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k)"
-                    if s == first else
-                    f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
-                    "或随机数状态没有完整恢复")
-            fail("续训后的 loss 与不中断的运行逐步一致(曲线无缝衔接)",
-                 f"step {s}: 续训 {after[s]['loss']:.5f} vs 不中断 {reference[s]['loss']:.5f}", hint)
-        worst = max(abs(after[s]["loss"] - reference[s]["loss"]) for s in after)
-    passed(f"升级 2: 在 step {killed_at} 被 SIGKILL,--resume 从 step {first} 接上,"
-           f"之后 {total_steps - first + 1} 步的 loss 与不中断的运行一致(最大差 {worst:.1e},用时 {time.monotonic() - start:.0f} s)")
+    with _scratch(workdir, "resume") as tmp:
+        common = ["--seed", str(seed), "--max-steps", str(total_steps), "--ckpt-every-steps", str(every), *RESUME_RUN]
+        got = _interrupted(script, common, tmp, launcher, total_steps, kill_after)
+        worst = max(abs(got.after[s]["loss"] - got.reference[s]["loss"]) for s in got.after)
+    return _finish(f"升级 2: 在 step {got.killed_at} 被 SIGKILL,--resume 从 step {got.first} 接上,之后 "
+                   f"{total_steps - got.first + 1} 步的 loss 与不中断的运行一致(最大差 {worst:.1e})", start)
 
 
 # ------------------------------------------------------------------ upgrade 3
 
-def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6) -> None:
-    """Upgrade 3: the pre-clip grad norm is logged each step and ``clipped`` says when clipping fired."""
+def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6, *, launcher: Launcher | None = None,
+                   workdir: Path | None = None) -> str:
+    """Upgrade 3: the pre-clip grad norm is logged each step, ``clipped`` says when clipping fired,
+    and the clip acts: ``--clip 1e-4`` and ``--clip 1e6`` give different losses after step 1."""
     script = _script(script)
+    _announce(script)
     start = time.monotonic()
     tight_clip = 1e-4
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with _scratch(workdir, "clipping") as tmp:
         runs = [_Run(script, ["--seed", str(seed), "--clip", clip, "--max-steps", str(steps), *SMALL_RUN], tmp, name,
-                     f"--clip {clip} 的运行") for name, clip in (("tight", "1e-4"), ("loose", "1e6"))]
+                     f"--clip {clip} 的运行", launcher) for name, clip in (("tight", "1e-4"), ("loose", "1e6"))]
         _run_all(runs, limit=steps)
         tight, loose = (read_train_records(run.out) for run in runs)
         for recs in (tight, loose):
@@ -396,8 +554,8 @@ def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6) 
                 expect("grad_norm" in rec and "clipped" in rec, "每条训练记录都有 grad_norm 和 clipped",
                        f"step {step} 的记录只有 {sorted(rec)}", "两项都写进每一步的那一行 JSON")
                 g = rec["grad_norm"]
-                expect(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0,
-                       "grad_norm 是有限正数", f"step {step}: {g!r}", "记录 clip_grad_norm_ 的返回值(.item())")
+                expect(_number(g) and g > 0, "grad_norm 是有限正数", f"step {step}: {g!r}",
+                       "记录 clip_grad_norm_ 的返回值(.item())")
         norms = [tight[s]["grad_norm"] for s in sorted(tight)]
         expect(max(norms) > tight_clip * (1 + 1e-3), "grad_norm 是裁剪前的范数(在 --clip 1e-4 时也远大于 1e-4)",
                f"--clip 1e-4 时每步记录的 grad_norm 都不超过 1e-4: {[f'{g:.3g}' for g in norms]}",
@@ -414,21 +572,110 @@ def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6) 
                "clipped 就是“裁剪前的范数 > 阈值”")
         expect(not any(flags_loose), "--clip 1e6 时没有一步被裁剪(clipped 全为 false)", f"{flags_loose}",
                "clipped 就是“裁剪前的范数 > 阈值”,不是“调用过 clip_grad_norm_”")
-    passed(f"升级 3: 每步记录裁剪前的 grad norm(第 1 步 {g_loose:.3f}),clipped 在阈值 1e-4 时全为 true、"
-           f"1e6 时全为 false(用时 {time.monotonic() - start:.0f} s)")
+        later = [s for s in sorted(tight) if s > 1 and s in loose]
+        gap = max((abs(tight[s]["loss"] - loose[s]["loss"]) / max(1.0, abs(loose[s]["loss"])) for s in later),
+                  default=0.0)
+        expect(gap > 1e-6, "裁剪真的起作用: --clip 1e-4 与 --clip 1e6 从第 2 步起 loss 不同",
+               f"两次运行每一步的 loss 都相同: {_losses(tight)}",
+               "梯度根本没被裁剪: clip_grad_norm_(model.parameters(), args.clip) 要在 backward() 之后、"
+               "optimizer.step() 之前调用,阈值用 args.clip(不是 inf)")
+    return _finish(f"升级 3: 每步记录裁剪前的 grad norm(第 1 步 {g_loose:.3f}),clipped 在阈值 1e-4 时全为 true、"
+                   f"1e6 时全为 false,两次的 loss 随之不同(最大相对差 {gap:.1e})", start)
 
 
 # ------------------------------------------------------------------ upgrade 4
 
-def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: int = SEED, steps: int = 150) -> None:
-    """Upgrade 4: ``debug_overfit.py`` memorises one batch (exit 0); the label-broken twin cannot (exit != 0)."""
-    healthy, broken = _script(healthy), _script(broken)
+EMA_DECAY = "0.9"     # the EMA of the resume runs: far enough from the raw weights to tell them apart
+NEAR_ZERO = "1e-6"    # a decay this small makes the EMA the raw weights of the same step
+# relative: a resumed CPU run is bit-identical; an EMA restarted at the resume differs by ~1e-3 (reference script)
+RESUMED_EMA_TOLERANCE = 2e-5
+
+
+def _final_eval(run: _Run, step: int, ema: bool) -> dict[str, Any]:
+    """The last ``"split": "val"`` record at ``step``, with its numbers checked."""
+    found = [r for r in run.records() if isinstance(r, dict) and r.get("split") == "val" and r.get("step") == step]
+    expect(bool(found), f"{run.what} 在训练结束时(step {step})写一条评估记录",
+           f'metrics.jsonl 里没有 "split": "val"、"step": {step} 的记录',
+           "训练结束时(到 --max-steps 为止)评估一次,把结果作为一行 JSON 写进 metrics.jsonl")
+    rec = found[-1]
+    keys = ["loss", "acc", "loss_ema", "acc_ema"] if ema else ["loss", "acc"]
+    bad = [k for k in keys if not _number(rec.get(k))]
+    expect(not bad, f"{run.what} 的评估记录有 {'、'.join(keys)}(数字)",
+           f"记录 {json.dumps(rec, ensure_ascii=False)[:200]}",
+           "原始权重和 EMA 权重各评估一次,写进同一行: loss/acc 和 loss_ema/acc_ema")
+    if not ema:
+        extra = [k for k in ("loss_ema", "acc_ema") if k in rec]
+        expect(not extra, "--ema-decay 0 关掉 EMA: 评估记录里没有 loss_ema、acc_ema", f"记录里有 {extra}",
+               "decay 为 0 时不建 EMA,也不评估它")
+    return rec
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(1e-12, abs(b))
+
+
+def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30, kill_after: int = 15,
+              every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
+    """Upgrade 4: EMA of the weights, evaluated next to the raw ones, kept in the checkpoint.
+
+    Four runs side by side (then one resume), each ending with an evaluation record:
+    ``--ema-decay 0`` has no EMA fields; with ``--ema-decay 1e-6`` the EMA is the raw weights
+    of the same step (an EMA updated before ``optimizer.step()`` lags one step behind, one
+    with ``decay`` and ``1 - decay`` swapped stays near its start); with ``--ema-decay 0.9``
+    the EMA evaluates differently from the raw weights (not the raw model twice), and after a
+    SIGKILL and ``--resume`` exactly as in the uninterrupted run (the EMA is in the checkpoint).
+    """
+    script = _script(script)
+    _announce(script)
     start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with _scratch(workdir, "ema") as tmp:
+        def short(name: str, decay: str, steps: int) -> _Run:
+            return _Run(script, ["--seed", str(seed), "--max-steps", str(steps), "--ema-decay", decay, *RESUME_RUN],
+                        tmp, name, f"--ema-decay {decay} 的运行", launcher)
+
+        off, near = short("off", "0", 3), short("near", NEAR_ZERO, 10)
+        common = ["--seed", str(seed), "--max-steps", str(total_steps), "--ckpt-every-steps", str(every),
+                  "--ema-decay", EMA_DECAY, *RESUME_RUN]
+        got = _interrupted(script, common, tmp, launcher, total_steps, kill_after, extra=[off, near])
+        _final_eval(off, 3, ema=False)
+        ref = _final_eval(got.ref, total_steps, ema=True)
+        expect(_rel(ref["loss_ema"], ref["loss"]) > 1e-4,
+               f"--ema-decay {EMA_DECAY} 时 EMA 权重的评估与原始权重不同", f"loss_ema = loss = {ref['loss']:.6f}",
+               "acc_ema/loss_ema 评估的还是原始模型: 要评估 EMA 的那份权重(ema.module,或 ema.swapped_into(model))")
+        close = _final_eval(near, 10, ema=True)
+        expect(_rel(close["loss_ema"], close["loss"]) <= 1e-5,
+               f"--ema-decay {NEAR_ZERO} 时 EMA 就是同一步的原始权重(loss_ema ≈ loss)",
+               f"loss_ema {close['loss_ema']:.6f} vs loss {close['loss']:.6f}",
+               "每次 optimizer.step() 之后更新 EMA(在它之前更新,EMA 就落后一步);"
+               "公式是 ema = decay * ema + (1 - decay) * w(decay 和 1 - decay 不要写反)")
+        resumed = _final_eval(got.resumed, total_steps, ema=True)
+        for key in ("loss_ema", "acc_ema"):
+            expect(_rel(resumed[key], ref[key]) <= RESUMED_EMA_TOLERANCE, f"kill 并 --resume 之后,最后的 {key} 与不中断的运行相同",
+                   f"续训 {resumed[key]:.6f} vs 不中断 {ref[key]:.6f}(原始权重的 loss: {resumed['loss']:.6f} vs "
+                   f"{ref['loss']:.6f})",
+                   "EMA 的状态要存进检查点并在 --resume 时恢复(EMA.state_dict() 含权重和更新次数;"
+                   "training_state(..., ema=ema) / restore_training_state(..., ema=ema))")
+    return _finish(f"升级 4: EMA 与原始权重并排评估(loss {ref['loss']:.4f}, loss_ema {ref['loss_ema']:.4f}),"
+                   f"decay 趋近 0 时两者一致;在 step {got.killed_at} 被 SIGKILL 后续训,最后的 EMA 评估与不中断的运行相同",
+                   start)
+
+
+# ------------------------------------------------------------------ upgrade 5
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: int = SEED, steps: int = 150, *,
+                  launcher: Launcher | None = None, workdir: Path | None = None) -> str:
+    """Upgrade 5: ``debug_overfit.py`` memorises one batch (exit 0) and saves ``samples.png``;
+    the label-broken twin cannot memorise (exit != 0)."""
+    healthy, broken = _script(healthy), _script(broken)
+    _announce(healthy, broken)
+    start = time.monotonic()
+    with _scratch(workdir, "overfit") as tmp:
         args = ["--steps", str(steps), "--batch-size", "32", "--model", "tiny", "--seed", str(seed)]
-        ok_run = _Run(healthy, args, tmp, "ok", healthy.name)
-        bad_run = _Run(broken, args, tmp, "bad", broken.name)
+        ok_run = _Run(healthy, args, tmp, "ok", healthy.name, launcher)
+        bad_run = _Run(broken, args, tmp, "bad", broken.name, launcher)
         rc_ok, rc_bad = _run_all([ok_run, bad_run], limit=steps, ok=False)
         ok, bad = read_train_records(ok_run.out), read_train_records(bad_run.out)
         expect(sorted(ok) == list(range(1, steps + 1)) and sorted(bad) == list(range(1, steps + 1)),
@@ -442,6 +689,10 @@ def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: i
         expect(last_ok < 0.05, f"健康脚本 {steps} 步后 loss ≈ 0(< 0.05)", f"{last_ok:.4f}",
                "没背下来: 每一步用的是同一个 batch 吗(取一次,不加数据增强)?学习率是否太小?")
         expect(rc_ok == 0, f"{healthy.name} 背下 batch 时退出码为 0", f"退出码 {rc_ok}", "通过时 sys.exit(0)")
+        png = _read_untrusted_bytes(ok_run.out / "samples.png", METRICS_CAP)
+        expect(png is not None and png.startswith(PNG_MAGIC), f"{healthy.name} 在 --out 里存了 samples.png(PNG 图)",
+               "没有这个文件" if png is None else "文件不是 PNG",
+               "course_utils.debug.show_samples(x[:8], y[:8], classes) 画出这个 batch,再 fig.savefig(out / \"samples.png\")")
         last_bad = sum(bad[s]["loss"] for s in range(steps - 4, steps + 1)) / 5
         expect(last_bad > 0.5, "注入标签错误的对照脚本 loss 降不下去(最后 5 步平均 > 0.5)", f"{last_bad:.4f}",
                "它把错误的标签也背下来了: 固定的错误映射(每一步都一样)照样能被记住。"
@@ -450,5 +701,36 @@ def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: i
                "没背下来时打印一条说明,然后 sys.exit(1)")
         expect(bool(bad_run.output().strip()), f"{broken.name} 打印一条说明失败的消息", "没有任何输出",
                "告诉用户过拟合失败了、该按什么顺序排查")
-    passed(f"升级 4: 健康脚本 loss {first_ok:.2f} → {last_ok:.4f}(退出码 0);注入标签错误的对照脚本最后 5 步"
-           f"平均 {last_bad:.2f}(退出码 {rc_bad},用时 {time.monotonic() - start:.0f} s)")
+    return _finish(f"升级 5: 健康脚本 loss {first_ok:.2f} → {last_ok:.4f}(退出码 0,存了 samples.png);注入标签错误的"
+                   f"对照脚本最后 5 步平均 {last_bad:.2f}(退出码 {rc_bad})", start)
+
+
+# ------------------------------------------------------------------ the upgrades, for the grader
+
+@dataclass(frozen=True)
+class Upgrade:
+    """One upgrade of the homework: its check and the scripts (in the homework folder) it runs."""
+
+    number: int
+    title: str
+    scripts: tuple[str, ...]
+    check: Callable[..., str]
+
+    def run(self, folder: Path, **kw: Any) -> str:
+        """Run the check on the scripts in ``folder``; the passed message, or :class:`CheckFailed`.
+
+        ``kw``: ``launcher``, ``workdir``, ``seed``; ``commit`` reaches only the check that reads it.
+        """
+        if self.check is not check_config:
+            kw.pop("commit", None)
+        return self.check(*(Path(folder) / name for name in self.scripts), **kw)
+
+
+TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_broken_labels.py"
+UPGRADES: tuple[Upgrade, ...] = (
+    Upgrade(1, "种子 + config.json", (TRAIN,), check_config),
+    Upgrade(2, "完整检查点 + kill 后续训", (TRAIN,), check_resume),
+    Upgrade(3, "梯度裁剪 + grad norm 日志", (TRAIN,), check_clipping),
+    Upgrade(4, "EMA 权重 + 并排评估", (TRAIN,), check_ema),
+    Upgrade(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), check_overfit),
+)
