@@ -37,6 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,6 @@ from course_utils.models import build_model, count_parameters  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.schedule import make_scheduler  # noqa: E402
 
-PRO = load_pro_script()  # the script's own train_step: the bench measures the real code
 
 
 @dataclass
@@ -119,6 +119,13 @@ class ProArm:
     collected in ``save_times`` (in-loop saves every ``ckpt_every`` steps, plus explicit
     ``save()`` calls). ``timers`` accumulates the seconds of each part of the step
     (meaningful on CPU; on a GPU the parts would each need a sync to be attributed).
+
+    Each arm loads its own copy of the script and calls the script's ``train_step``: the bench
+    measures the real code. With ``profile``, the parts ``train_step`` calls are timed from outside
+    (``train_step`` holds no timing code): ``forward_backward`` and ``clip_gradients`` wrapped in the
+    arm's copy of the script, the optimizer's step pre/post hooks, stand-ins for the scheduler and
+    the EMA whose ``step``/``update`` call the real ones (the real ones are what a checkpoint saves).
+    A part is charged the time since the previous part ended.
     """
 
     def __init__(self, init: torch.nn.Module, batches, setup: Setup, device: torch.device, workdir: Path,
@@ -139,13 +146,32 @@ class ProArm:
         self.profile = profile
         self.timers: dict[str, float] = {}
         self._last = 0.0
+        self.pro = load_pro_script()  # this arm's own copy: its wrapped parts time this arm only
+        self.step_scheduler, self.step_ema = self._time_parts() if profile else (self.scheduler, self.ema)
 
     def _phase(self, name: str) -> None:
-        """Charge the time since the previous phase mark to ``name`` (``train_step``'s ``phase`` hook)."""
+        """Charge the time since the previous mark to ``name``."""
         now = time.perf_counter()
         if self.profile:
             self.timers[name] = self.timers.get(name, 0.0) + now - self._last
         self._last = now
+
+    def _timed(self, fn, name: str):
+        """``fn``, charging ``name`` when it returns."""
+        def timed(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            self._phase(name)
+            return out
+        return timed
+
+    def _time_parts(self) -> tuple[SimpleNamespace, SimpleNamespace | None]:
+        """Time each part of ``train_step``; the scheduler and EMA stand-ins to pass to it."""
+        self.pro.forward_backward = self._timed(self.pro.forward_backward, "forward+backward")
+        self.pro.clip_gradients = self._timed(self.pro.clip_gradients, "clip")
+        self.optimizer.register_step_pre_hook(lambda *_: self._phase("isfinite check"))  # the one host read
+        self.optimizer.register_step_post_hook(lambda *_: self._phase("optimizer+scheduler"))
+        scheduler = SimpleNamespace(step=self._timed(self.scheduler.step, "optimizer+scheduler"))
+        return scheduler, None if self.ema is None else SimpleNamespace(update=self._timed(self.ema.update, "ema"))
 
     def save(self) -> float:
         """One full checkpoint, as the script's ``save()``: flush the monitor, then save."""
@@ -169,9 +195,9 @@ class ProArm:
         start = time.perf_counter()
         self._last = start
         x, y = self.batches[self.step_count % len(self.batches)]
-        result = PRO.train_step(self.model, x, y, optimizer=self.optimizer, scheduler=self.scheduler,
-                                scaler=self.scaler, ema=self.ema, device=self.device, amp_dtype=self.amp_dtype,
-                                clip=self.setup.clip, phase=self._phase)
+        result = self.pro.train_step(self.model, x, y, optimizer=self.optimizer, scheduler=self.step_scheduler,
+                                     scaler=self.scaler, ema=self.step_ema, device=self.device,
+                                     amp_dtype=self.amp_dtype, clip=self.setup.clip)
         self.step_count += 1
         self.monitor.log_step(self.step_count, 0, result.loss, result.clip.norm, result.clip.clipped, result.lr,
                               len(y), skipped=result.skipped)
