@@ -372,8 +372,9 @@ def open_history(path: Path, scratch: Path, course: Path | None = ROOT, baseline
         _copy_git_dir(git_dir, copy)
         if not (copy / "HEAD").is_file():
             raise HistoryError(".git 里没有 HEAD")
-        _git(home, repo, "fetch", "-q", "--no-tags", str(copy), f"+HEAD:{_HEAD_REF}",
+        _git(home, repo, "fetch", "-q", "--no-tags", "--update-shallow", str(copy), f"+HEAD:{_HEAD_REF}",
              what="读取仓库 (可能损坏, 或 HEAD 上还没有提交)")
+    _git(home, repo, "rev-parse", "--verify", "-q", f"{_HEAD_REF}^{{commit}}", what="交来的历史里找不到 HEAD 指向的提交")
     return History(repo, home, source, course, _BASELINE.read_bytes() if baseline is None else baseline)
 
 

@@ -16,6 +16,7 @@ import pytest
 from course_tools import grade_history
 from course_tools.grade_history import (HOMEWORK, NO_HISTORY, Commit, HistoryError, judge_discipline,
                                         open_history)
+from tests.homework_scripts import PATCHES, apply_upgrade, learner_repo
 
 BASELINE = (grade_history.ROOT / HOMEWORK / "train_cifar.py").read_bytes()
 ENV = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -110,6 +111,31 @@ def test_failing_both_the_start_is_the_root_commit(tmp_path: Path) -> None:
     history = open_history(repo, tmp_path / "scratch", course=None)
     assert history.start.subject == "my copy (CRLF)" and "根提交" in history.start_note
     assert subjects(history.commits) == ["upgrade 1: feature 1"]
+
+
+def test_a_clone_of_the_real_workbook_and_the_scripted_learner(tmp_path: Path) -> None:
+    """The defaults: the grader's own checkout as the course repository, its baseline as the baseline."""
+    learner = tmp_path / "alice"
+    git(tmp_path, "clone", "-q", "--no-local", str(grade_history.ROOT), str(learner))
+    origin = git(learner, "rev-parse", "HEAD")
+    upgrade(learner, 1)
+    history = open_history(learner, tmp_path / "s1")
+    assert history.start.sha == origin and subjects(history.commits) == ["upgrade 1: feature 1"]
+    scripted = learner_repo(tmp_path / "bob")          # its own root commit: the baseline as released
+    for k in range(1, len(PATCHES) + 1):
+        apply_upgrade(scripted, k)
+    history = open_history(scripted, tmp_path / "s2")
+    assert history.start.subject == "baseline (chapter 0.2)" and "基线" in history.start_note
+    assert subjects(history.commits) == [f"upgrade {k}" for k in range(1, len(PATCHES) + 1)]
+
+
+def test_a_shallow_clone_is_read(course: Path, tmp_path: Path) -> None:
+    learner = tmp_path / "alice"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{course}", str(learner))
+    upgrade(learner, 1)
+    upgrade(learner, 2)
+    history = open_history(learner, tmp_path / "scratch", course=course)
+    assert history.start.subject == "course: readme" and len(history.commits) == 2
 
 
 def test_the_first_parent_line_of_head_is_followed(course: Path, tmp_path: Path) -> None:
