@@ -1,0 +1,375 @@
+"""The machinery behind the experiments of ``11_multi_process``: launchers, timing choreography, bookkeeping.
+
+Reference machinery, not taught: the notebook keeps visible every line a learner must
+understand (what each rank computes, the sharding, ``set_epoch``, the per-rank seed, the
+rank-0 write, the barrier) and calls these helpers for the rest:
+
+- :func:`run_ranks` starts ``world_size`` forked processes that join one gloo process group
+  and run a function defined in the notebook (section 1 onwards); a failed rank stops the
+  others and its log is shown, a hung job ends at its timeout;
+- :func:`spawn_outcome` runs a notebook function with the ``spawn`` start method and returns
+  the child's exit code and its error line (section 1: why the notebook uses ``fork``);
+- :func:`describe_shares` runs the notebook's ``samples_seen`` on two ranks and summarises it (section 3);
+- :func:`unlucky_atomic_saves` fixes, with barriers, the one timing at which two ranks
+  saving through one fixed temp name lose a checkpoint (section 5);
+- :class:`ReadBeforeWrite` makes rank 1 read before rank 0 writes (section 7);
+- :func:`shares_match_one_process` checks a DDP run's per-rank sample ledger (section 8);
+- :func:`kill_and_resume` runs the professional script under torchrun twice side by side,
+  SIGKILLs one whole job (agent and ranks) and resumes it (section 9).
+
+Every file goes under one temporary folder (:func:`fresh` gives a new empty one inside it);
+:func:`cleanup` removes it.
+
+Example::
+
+    answers = run_ranks(hello)                      # [rank 0's return value, rank 1's]
+    job = kill_and_resume(kill_after=12)             # a KilledJob: losses, sessions, states
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a model: imported once here, every forked rank inherits it
+import torch.distributed as dist
+
+__all__ = ["CTX", "fresh", "cleanup", "run_ranks", "SpawnOutcome", "spawn_outcome", "flat", "describe_shares",
+           "unlucky_atomic_saves", "ReadBeforeWrite", "shares_match_one_process", "torchrun_command",
+           "KilledJob", "PRO_SCRIPT", "kill_and_resume"]
+
+CTX = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+"""The fork start method, or None where the platform has none (Windows)."""
+
+_WORK: Path | None = None
+
+
+def fresh(name: str) -> Path:
+    """A new, empty folder under this notebook's temporary folder: a cell run twice never finds its first run's files."""
+    global _WORK
+    if _WORK is None or not _WORK.is_dir():
+        _WORK = Path(tempfile.mkdtemp(prefix="nb11_"))
+    return Path(tempfile.mkdtemp(prefix=f"{name}_", dir=_WORK))
+
+
+def cleanup() -> None:
+    """Remove every file the experiments wrote."""
+    global _WORK
+    if _WORK is not None:
+        shutil.rmtree(_WORK, ignore_errors=True)
+    _WORK = None
+
+
+# ---------------------------------------------------------------- launching ranks
+
+def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, folder: Path, args: tuple) -> None:
+    # In the child process: output to a log file, one thread, join the group, run fn, hand its result back.
+    log = open(folder / f"rank{rank}.log", "w", buffering=1)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder / 'rendezvous'}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=60))
+    result = fn(rank, world_size, *args)
+    torch.save(result, folder / f"result{rank}.pt")
+    dist.barrier()  # no rank leaves while another one may still talk to it
+    dist.destroy_process_group()
+
+
+def run_ranks(fn: Callable[..., Any], *args: Any, world_size: int = 2, timeout: float = 120) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` forked processes; return their results by rank.
+
+    Each process uses one thread, joins a gloo group through a rendezvous file (no free port
+    needed) and writes its output to a log file. A failed rank ends the others and raises a
+    RuntimeError with the last lines of its log; so does a job still running after ``timeout``.
+    """
+    if CTX is None:
+        raise RuntimeError("这个平台没有 fork:notebook 里定义的函数无法在子进程里运行。请在 Linux 或 WSL 里运行本 notebook")
+    folder = fresh("launch")
+    procs = [CTX.Process(target=_rank_main, args=(fn, rank, world_size, folder, args)) for rank in range(world_size)]
+    try:
+        for p in procs:
+            p.start()
+        deadline, running = time.monotonic() + timeout, list(procs)
+        while running and not any(p.exitcode for p in procs) and time.monotonic() < deadline:
+            ready = wait([p.sentinel for p in running], timeout=max(0.0, deadline - time.monotonic()))
+            for p in running:
+                if p.sentinel in ready:
+                    p.join()  # it is exiting: reap it
+            running = [p for p in running if p.exitcode is None]
+    finally:  # a failed rank, a timeout or an interrupt: the others would wait in a collective, so stop them
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                p.kill()
+            if p.pid is not None:
+                p.join()
+    if all(p.exitcode == 0 for p in procs):
+        return [torch.load(folder / f"result{rank}.pt", weights_only=True) for rank in range(world_size)]
+    failed = sorted((rank for rank, p in enumerate(procs) if p.exitcode is not None and p.exitcode > 0),
+                    key=lambda rank: (folder / f"rank{rank}.log").stat().st_mtime_ns)  # the first to fail: the cause
+    if not failed:
+        raise RuntimeError(f"{timeout} s 内没有结束(某个 rank 卡在集合通信里?),已结束全部 {world_size} 个进程")
+    raise RuntimeError(f"rank {failed[0]} 出错(退出码 {procs[failed[0]].exitcode}),其余 rank 已被结束。"
+                       "它输出的最后几行:\n" + (folder / f"rank{failed[0]}.log").read_text()[-2000:])
+
+
+@dataclass(frozen=True)
+class SpawnOutcome:
+    """How a ``spawn`` child ended: its exit code and the last line it wrote to stderr."""
+
+    exitcode: int | None
+    error: str
+
+
+def spawn_outcome(fn: Callable[[], Any], timeout: float = 120) -> SpawnOutcome:
+    """Run ``fn`` in a process started with ``spawn``; its stderr is caught in a file instead of the cell's output."""
+    log = fresh("spawn") / "stderr.txt"
+    saved = os.dup(2)
+    with open(log, "wb") as err:
+        sys.stderr.flush()
+        os.dup2(err.fileno(), 2)  # the child inherits this file as its stderr
+        try:
+            child = mp.get_context("spawn").Process(target=fn)
+            child.start()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    child.join(timeout)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return SpawnOutcome(child.exitcode, lines[-1] if lines else "")
+
+
+# ---------------------------------------------------------------- bookkeeping of the experiments
+
+def flat(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """All ``tensors`` (parameters, gradients) as one detached vector."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def describe_shares(samples_seen: Callable[..., list[list[int]]], how: str, n: int = 20
+                    ) -> tuple[list[list[list[int]]], dict[str, Any]]:
+    """Run ``samples_seen(rank, world_size, how, n)`` on two ranks, print one line about it, return
+    ``(seen, row)``: ``seen[rank][epoch]`` the samples drawn; ``row`` the overlap of the two ranks in
+    epoch 0, the distinct samples and the draws of epoch 0, and whether rank 0's two epochs share one order."""
+    seen = run_ranks(samples_seen, how, n)
+    epoch0 = [*seen[0][0], *seen[1][0]]
+    row = {"overlap": len(set(seen[0][0]) & set(seen[1][0])), "covered": len(set(epoch0)), "draws": len(epoch0),
+           "same_order": list(seen[0][0]) == list(seen[0][1])}
+    print(f"{how}(n={n}): 两个 rank 重叠 {row['overlap']} 个,一个 epoch 里不同的样本 {row['covered']}/{n},"
+          f"抽样 {row['draws']} 次,第 2 个 epoch 的顺序与第 1 个相同: {row['same_order']}")
+    return seen, row
+
+
+def shares_match_one_process(samples: Sequence[dict[int, list[int]]], dataset: Any, global_batch: int,
+                             seed: int) -> bool:
+    """True when, at every step, rank 0's share + rank 1's share is one process's global batch,
+    and every epoch covers every sample exactly once (``samples[rank][step]``: the ids a rank trained on)."""
+    from course_utils.data import batches_per_epoch, make_loader
+
+    per_epoch = batches_per_epoch(len(dataset), global_batch)
+    epochs: dict[int, list[int]] = {}
+    for step, ours in samples[0].items():
+        epoch, position = divmod(step - 1, per_epoch)
+        single = next(iter(make_loader(dataset, global_batch, seed=seed, epoch=epoch, start_batch=position)))
+        if ours + samples[1][step] != single[-1].tolist():
+            return False
+        epochs.setdefault(epoch, []).extend(ours + samples[1][step])
+    return all(sorted(ids) == list(range(len(dataset))) for ids in epochs.values())
+
+
+# ---------------------------------------------------------------- timing choreography
+
+def unlucky_atomic_saves(rank: int, world_size: int, path: Path) -> dict[str, Any]:
+    """Two ranks save through ONE fixed temp name; barriers force the unlucky order every time.
+
+    Rank 0 writes its temp file; rank 1 opens the same temp file for writing (emptying it);
+    rank 0 renames it (the checkpoint is now 0 bytes); rank 1 writes into the renamed file
+    and its own rename fails. Returns what each rank saw.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")  # a fixed temp name: the same for every process
+    state = {"step": 10, "written_by": rank, "rng": torch.get_rng_state()}
+    size_after_rank0, error = None, None
+    if rank == 0:
+        f = open(tmp, "wb")
+        torch.save(state, f)
+        f.flush()
+        dist.barrier()  # 1: rank 0 has written its temp file ...
+        dist.barrier()  # 2: ... and rank 1 has opened the same temp file for writing (which empties it)
+        f.close()
+        os.replace(tmp, path)  # rank 0's "atomic" save completes
+        size_after_rank0 = path.stat().st_size
+        dist.barrier()  # 3
+        dist.barrier()  # 4: rank 1 is done
+    else:
+        dist.barrier()  # 1
+        f = open(tmp, "wb")
+        dist.barrier()  # 2
+        dist.barrier()  # 3: rank 0 has renamed the temp file
+        torch.save(state, f)
+        f.close()
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            error = type(exc).__name__
+        dist.barrier()  # 4
+    return {"size_after_rank0": size_after_rank0, "error": error,
+            "written_by": torch.load(path, weights_only=True)["written_by"]}
+
+
+class ReadBeforeWrite:
+    """The unlucky timing of a missing barrier, made certain: rank 0 writes only after rank 1 has read.
+
+    ``writer_waits(folder)`` (rank 0, before writing) returns once ``reader_done(folder)`` (rank 1,
+    after reading) has been called; a marker file carries the signal between the processes.
+    """
+
+    MARKER = "rank1_has_read"
+
+    @classmethod
+    def writer_waits(cls, folder: Path, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not (folder / cls.MARKER).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{folder / cls.MARKER} 没有出现")
+            time.sleep(0.005)
+
+    @classmethod
+    def reader_done(cls, folder: Path) -> None:
+        (folder / cls.MARKER).touch()
+
+
+# ---------------------------------------------------------------- torchrun: kill a whole job, resume it
+
+def torchrun_command(script: Path, out: Path, *extra: str, fraction: float = 0.1) -> list[str]:
+    """``python -m torch.distributed.run`` (the torchrun command, of this Python) with 2 CPU ranks on ``script``.
+
+    ``--batch-size 32`` is the GLOBAL batch: 16 samples per rank and step; a checkpoint every 5 steps.
+    """
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+            "--out", str(out), "--model", "tiny", "--width", "8", "--data-fraction", str(fraction),
+            "--batch-size", "32", "--epochs", "2", "--warmup-steps", "5", "--lr", "3e-3", "--ckpt-every-steps", "5",
+            "--log-every", "1", "--no-progress", "--workers", "0", "--device", "cpu", *extra]
+
+
+def _train_losses(out: Path) -> dict[int, float]:
+    from course_utils.monitor import read_metrics
+
+    return {r["step"]: r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"}
+
+
+def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
+    """SIGKILL every process of the job at once, as a power cut would: freeze them all first, so that none
+    reacts to another's death. Returns ``{pid: session id}`` of the job's processes and those still alive after."""
+    import psutil
+
+    def alive(p: psutil.Process) -> bool:
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    agent, frozen = psutil.Process(proc.pid), {}
+    while new := [p for p in [agent, *agent.children(recursive=True)] if p.pid not in frozen]:
+        for p in new:
+            p.suspend()
+            frozen[p.pid] = p
+    sessions = {pid: os.getsid(pid) for pid in frozen}
+    for p in frozen.values():
+        p.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while (survivors := [p.pid for p in frozen.values() if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sessions, survivors
+
+
+@dataclass(frozen=True)
+class KilledJob:
+    """What :func:`kill_and_resume` measured."""
+
+    command: list[str]                 # the interrupted job's torchrun command (the resume adds --resume)
+    agent_pid: int
+    sessions: dict[int, int]           # pid -> session id of every process of the killed job
+    survivors: list[int]               # processes of the killed job still alive after the kill
+    killed_returncode: int | None
+    status_after_kill: str             # status.json's state, as the killed job left it
+    latest: dict[str, Any]             # the newest valid checkpoint: step, world_size, rng_ranks (count)
+    before_kill: dict[int, float]      # step -> train loss logged before the kill
+    reference: dict[int, float]        # step -> train loss of the uninterrupted run
+    resumed: dict[int, float]          # step -> train loss of the interrupted run after --resume
+    returncodes: dict[str, int | None]  # reference, resume
+    states: list[str]                  # status.json's state at the end: reference, resumed
+    seconds: float
+    resume_log: str
+
+
+PRO_SCRIPT = Path(__file__).resolve().parent.parent / "solutions" / "homework" / "train_cifar_pro.py"
+"""The professional script that section 9 runs under torchrun."""
+
+
+def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: float = 0.1,
+                    timeout: float = 300) -> KilledJob:
+    """Start a reference run and a run to interrupt side by side (2 jobs x 2 ranks, one thread each); SIGKILL the
+    whole second job once its ``metrics.jsonl`` reaches ``kill_after`` steps; resume it with ``--resume``."""
+    from course_utils.checkpoint import CheckpointManager
+
+    if not script.is_file():
+        raise FileNotFoundError(f"本节要运行 {script}:请在仓库里打开本 notebook(JupyterLab 以仓库根目录启动)")
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ref_dir, cut_dir = fresh("pro_reference") / "run", fresh("pro_interrupted") / "run"  # --out: a folder to create
+    command = torchrun_command(script, cut_dir, fraction=fraction)
+    start = time.perf_counter()
+    with open(ref_dir.parent / "log.txt", "w") as ref_log, open(cut_dir.parent / "log.txt", "w") as cut_log:
+        ref_job = subprocess.Popen(torchrun_command(script, ref_dir, fraction=fraction), stdout=ref_log,
+                                   stderr=subprocess.STDOUT, env=env)
+        cut_job = subprocess.Popen(command, stdout=cut_log, stderr=subprocess.STDOUT, env=env)
+        deadline, killed = time.monotonic() + timeout, None
+        try:
+            while cut_job.poll() is None and time.monotonic() < deadline:
+                if (cut_dir / "metrics.jsonl").exists() and max(_train_losses(cut_dir), default=0) >= kill_after:
+                    killed = _kill_job(cut_job)
+                    break
+                time.sleep(0.05)
+        finally:
+            if killed is None:  # it ended (or hung, or we were interrupted) before the moment to kill it
+                if cut_job.poll() is None:
+                    _kill_job(cut_job)
+                if ref_job.poll() is None:
+                    _kill_job(ref_job)
+    if killed is None:
+        raise RuntimeError(f"被中断的运行没有跑到第 {kill_after} 步(退出码 {cut_job.returncode}),它输出的最后几行:\n"
+                           + (cut_dir.parent / "log.txt").read_text()[-1500:])
+    before_kill = _train_losses(cut_dir)
+    status_after_kill = json.loads((cut_dir / "status.json").read_text())["state"]
+    found = CheckpointManager(cut_dir / "checkpoints").load_latest()
+    latest = {"name": found.path.name, "step": found.state["step"], "world_size": found.state["world_size"],
+              "rng_ranks": len(found.state["rng_ranks"])}
+    try:
+        resume = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=timeout)
+        ref_job.wait(timeout=timeout)
+    finally:
+        if ref_job.poll() is None:
+            _kill_job(ref_job)
+    states = [json.loads((d / "status.json").read_text())["state"] for d in (ref_dir, cut_dir)]
+    return KilledJob(command=command, agent_pid=cut_job.pid, sessions=killed[0], survivors=killed[1],
+                     killed_returncode=cut_job.returncode, status_after_kill=status_after_kill, latest=latest,
+                     before_kill=before_kill, reference=_train_losses(ref_dir), resumed=_train_losses(cut_dir),
+                     returncodes={"reference": ref_job.returncode, "resume": resume.returncode}, states=states,
+                     seconds=time.perf_counter() - start, resume_log=(resume.stdout + resume.stderr)[-300:])
+
