@@ -68,7 +68,7 @@ _MAX_COPY_BYTES = 256 * 2 ** 20           # a git folder or bundle copied into s
 _MAX_COPY_FILES = 20_000
 _MAX_FILE_BYTES = 2 ** 20                 # one exported file
 _MAX_FILES = 50                           # files exported per commit
-_MAX_COMMITS = 5_000                      # first-parent commits looked at
+_MAX_COMMITS = 5_000                      # first-parent commits looked at (the oldest is the 'root')
 _TIMEOUT = 60                             # seconds, every git call
 
 # Command-line config outranks every config file git could still read.
@@ -150,6 +150,8 @@ def _read_regular(path: Path, budget: list[int]) -> bytes | None:
 def _copy_tree(src: Path, dst: Path, budget: list[int], skip: frozenset[str] = frozenset()) -> None:
     """Copy the regular files under ``src`` into ``dst``; symlinks, devices, fifos and ``skip`` names (at any depth)
     are left out."""
+    if src.is_symlink():            # scandir would follow it
+        return
     try:
         entries = sorted(os.scandir(src), key=lambda e: e.name)
     except OSError:
@@ -182,9 +184,10 @@ def _is_git_dir(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
-def _log(home: Path, repo: Path, rev: str, extra: tuple[str, ...] = ()) -> list[Commit]:
+def _log(home: Path, repo: Path, rev: str) -> list[Commit]:
+    """The first-parent line of ``rev``, newest first."""
     out = _git(home, repo, "log", "--first-parent", "--no-show-signature", "-z", "--format=%H%x1f%s",
-               f"--max-count={_MAX_COMMITS}", *extra, rev, "--", what="读取提交历史")
+               f"--max-count={_MAX_COMMITS}", rev, "--", what="读取提交历史")
     commits = []
     for record in out.split(b"\0"):
         if record.strip():

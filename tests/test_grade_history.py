@@ -20,15 +20,13 @@ from tests.homework_scripts import PATCHES, apply_upgrade, learner_repo
 
 BASELINE = (grade_history.ROOT / HOMEWORK / "train_cifar.py").read_bytes()
 ENV = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-       "GIT_AUTHOR_DATE": "", "LC_ALL": "C"}
+       "LC_ALL": "C"}
 
 
 def git(repo: Path, *args: str, date: int | None = None) -> str:
     env = dict(ENV)
     if date is not None:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{date} +0000"
-    else:
-        env.pop("GIT_AUTHOR_DATE")
     return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main",
                            "-c", "protocol.file.allow=always", *args], cwd=repo, env=env, check=True,
                           capture_output=True, text=True).stdout.strip()
@@ -329,6 +327,15 @@ def test_symlinks_into_other_repositories_are_not_followed(course: Path, tmp_pat
             (objects / sub.name).symlink_to(sub)
     with pytest.raises(HistoryError, match="读取仓库"):
         open_history(dave, tmp_path / "scratch", course=course)
+    erin = tmp_path / "erin"                          # the whole objects folder a link to alice's
+    erin.mkdir()
+    git(erin, "init", "-q")
+    (erin / ".git" / "refs" / "heads" / "main").write_text(git(alice, "rev-parse", "HEAD") + "\n")
+    (erin / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    os.rename(erin / ".git" / "objects", tmp_path / "erin-objects")
+    (erin / ".git" / "objects").symlink_to(alice / ".git" / "objects")
+    with pytest.raises(HistoryError, match="读取仓库"):
+        open_history(erin, tmp_path / "scratch", course=course)
 
 
 def test_a_fifo_head_and_an_oversized_history_do_not_hang_or_fill_the_scratch(course: Path, tmp_path: Path,
