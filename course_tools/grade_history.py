@@ -113,17 +113,16 @@ def _environment(home: Path) -> dict[str, str]:
             "LC_ALL": "C"}
 
 
-def _git(home: Path, git_dir: Path | None, *args: str, what: str, stdin: bytes | None = None,
-         timeout: float = _TIMEOUT) -> bytes:
+def _git(home: Path, git_dir: Path | None, *args: str, what: str, stdin: bytes | None = None) -> bytes:
     """Run one git command with the safe config and environment; its stdout, or :class:`HistoryError` saying ``what``."""
     command = ["git", *(f for option in _SAFE_CONFIG for f in ("-c", option))]
     if git_dir is not None:
         command.append(f"--git-dir={git_dir}")
     try:
         done = subprocess.run([*command, *args], cwd=home, env=_environment(home), input=stdin,
-                              capture_output=True, timeout=timeout)
+                              capture_output=True, timeout=_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise HistoryError(f"{what}: git 超过 {timeout:.0f} 秒没有结束") from None
+        raise HistoryError(f"{what}: git 超过 {_TIMEOUT} 秒没有结束") from None
     if done.returncode != 0:
         message = " ".join(done.stderr.decode("utf-8", "replace").split()) or f"git 退出码 {done.returncode}"
         raise HistoryError(f"{what}: {message}"[:300])

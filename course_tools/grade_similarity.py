@@ -42,6 +42,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import itertools
@@ -177,11 +178,15 @@ def _shingles(stream: list[str]) -> set[int]:
             for i in range(len(stream) - K + 1)}
 
 
+@functools.lru_cache(maxsize=8)
+def _baseline_shingles(baseline: str) -> frozenset[int]:
+    return frozenset(_shingles(tokens(baseline)[0]))
+
+
 def fingerprint(source: str, baseline: str = "") -> Fingerprint:
     """The shingles of ``source`` that ``baseline`` does not have."""
     stream, degraded = tokens(source)
-    common = _shingles(tokens(baseline)[0]) if baseline else set()
-    return Fingerprint(frozenset(_shingles(stream) - common), len(stream), degraded)
+    return Fingerprint(frozenset(_shingles(stream) - _baseline_shingles(baseline)), len(stream), degraded)
 
 
 def _score(a: frozenset[int], b: frozenset[int]) -> tuple[float, int]:
@@ -218,16 +223,18 @@ def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, str],
     prints = {name: {script: fingerprint(source, baseline.get(script, "")) for script, source in scripts.items()}
               for name, scripts in learners.items()}
     reference = {script: fingerprint(source, baseline.get(script, "")) for script, source in references.items()}
+    overall = {name: _overall(scripts) for name, scripts in prints.items()}
     rows: list[SimilarityRow] = []
     for first, second in itertools.combinations(sorted(prints), 2):
         for script in sorted(prints[first].keys() & prints[second].keys()):
             rows.append(_row(first, second, script, prints[first][script], prints[second][script]))
-        rows.append(_row(first, second, OVERALL, _overall(prints[first]), _overall(prints[second])))
+        rows.append(_row(first, second, OVERALL, overall[first], overall[second]))
     if reference:
+        reference_overall = _overall(reference)
         for name in sorted(prints):
             for script in sorted(prints[name].keys() & reference.keys()):
                 rows.append(_row(name, REFERENCE, script, prints[name][script], reference[script]))
-            rows.append(_row(name, REFERENCE, OVERALL, _overall(prints[name]), _overall(reference)))
+            rows.append(_row(name, REFERENCE, OVERALL, overall[name], reference_overall))
     return rows
 
 

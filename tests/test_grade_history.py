@@ -349,8 +349,18 @@ def test_a_fifo_head_and_an_oversized_history_do_not_hang_or_fill_the_scratch(co
         open_history(learner, tmp_path / "scratch", course=course)
     head.unlink()
     head.write_bytes(saved)
+    git(learner, "bundle", "create", "-q", str(tmp_path / "hw.bundle"), "main")
     monkeypatch.setattr(grade_history, "_MAX_COPY_BYTES", 1_000)
     with pytest.raises(HistoryError, match="超过上限"):
+        open_history(learner, tmp_path / "scratch", course=course)
+    with pytest.raises(HistoryError, match="超过上限"):
+        open_history(tmp_path / "hw.bundle", tmp_path / "scratch", course=course)
+
+
+def test_every_git_call_has_a_time_limit(course: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    learner = clone(course, tmp_path / "alice")
+    monkeypatch.setattr(grade_history, "_TIMEOUT", 0.001)
+    with pytest.raises(HistoryError, match="秒没有结束"):
         open_history(learner, tmp_path / "scratch", course=course)
 
 
