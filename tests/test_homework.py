@@ -18,8 +18,9 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import BASELINE, FAKES, fake_overfit_pair, fake_train
+from tests.homework_scripts import BASELINE, FAKES, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
+from tests.sweep import SWEEP_SEEDS
 
 sys.path.insert(0, str(FAKES))
 import fake_overfit  # noqa: E402
@@ -29,33 +30,46 @@ import fake_train as fake_train_module  # noqa: E402
 TRAIN_CASES = {
     "config/baseline-flags": ("check_config", 0, None,
                               {"found": "unrecognized arguments", "hint": "脚本还不认识 --out --seed --max-steps --model --data-fraction"}),
-    "config/unseeded": ("check_config", 3, "unseeded", {"expected": "每步 loss 完全相同", "hint": "set_seed(args.seed) 要在建模型"}),
-    "config/seed_ignored": ("check_config", 3, "seed_ignored", {"expected": "--seed 1235", "hint": "种子写死了"}),
-    "config/no_config": ("check_config", 3, "no_config", {"expected": "config.json", "hint": "dump_run_config"}),
-    "config/config_without_commit": ("check_config", 3, "config_without_commit", {"expected": "git commit"}),
-    "config/steps_from_zero": ("check_config", 3, "steps_from_zero", {"found": "[0, 1, 2]", "hint": "step 从 1 开始"}),
-    "config/max_steps_inner_loop": ("check_config", 3, "max_steps_inner_loop",
+    "config/unseeded": ("check_config", 4, "unseeded", {"expected": "每步 loss 完全相同", "hint": "set_seed(args.seed) 要在建模型"}),
+    "config/seed_ignored": ("check_config", 4, "seed_ignored", {"expected": "--seed 1235", "hint": "种子写死了"}),
+    "config/no_config": ("check_config", 4, "no_config", {"expected": "config.json", "hint": "dump_run_config"}),
+    "config/config_without_commit": ("check_config", 4, "config_without_commit", {"expected": "git commit"}),
+    "config/steps_from_zero": ("check_config", 4, "steps_from_zero", {"found": "[0, 1, 2]", "hint": "step 从 1 开始"}),
+    "config/max_steps_inner_loop": ("check_config", 4, "max_steps_inner_loop",
                                     {"expected": "在 step 3 结束", "hint": "连 epoch 循环一起跳出"}),
-    "config/no_metrics": ("check_config", 3, "no_metrics", {"expected": "metrics.jsonl", "hint": '"step": 1'}),
-    "config/crash": ("check_config", 3, "crash", {"found": "NameError: name 'undefined_name'",
+    "config/no_metrics": ("check_config", 4, "no_metrics", {"expected": "metrics.jsonl", "hint": '"step": 1'}),
+    "config/crash": ("check_config", 4, "crash", {"found": "NameError: name 'undefined_name'",
                                                    "hint": "复现: python train_cifar.py --out runs/hw_check --seed 1234"}),
     # issue 13 item 2: a script that cannot even start shows argparse's own message, not a consequence
-    "resume/upgrade1-flags": ("check_resume", 1, None, {"found": "unrecognized arguments: --ckpt-every-steps 10",
-                                                        "hint": "脚本还不认识 --ckpt-every-steps"}),
-    "resume/metrics_at_end": ("check_resume", 3, "metrics_at_end", {"hint": "边训练边写"}),
-    "resume/resume_restarts": ("check_resume", 3, "resume_restarts", {"found": "从 step 1 重新开始"}),
-    "resume/no_optimizer_state": ("check_resume", 3, "no_optimizer_state", {"hint": "第一步一致"}),
-    "resume/replays_epoch": ("check_resume", 3, "replays_epoch", {"hint": "第一步就不同"}),
-    "resume/resume_adds_max_steps": ("check_resume", 3, "resume_adds_max_steps", {"hint": "--max-steps 是总步数"}),
-    "resume/crash": ("check_resume", 3, "crash", {"found": "NameError"}),
-    "resume/resume_crashes": ("check_resume", 3, "resume_crashes",
+    "resume/upgrade1-flags": ("check_resume", 1, None, {"found": "unrecognized arguments: --ckpt-every-steps 10 --dropout",
+                                                        "hint": "脚本还不认识 --ckpt-every-steps --dropout"}),
+    "resume/metrics_at_end": ("check_resume", 4, "metrics_at_end", {"hint": "边训练边写"}),
+    "resume/resume_restarts": ("check_resume", 4, "resume_restarts", {"found": "从 step 1 重新开始"}),
+    "resume/no_optimizer_state": ("check_resume", 4, "no_optimizer_state", {"hint": "第一步一致"}),
+    "resume/replays_epoch": ("check_resume", 4, "replays_epoch", {"hint": "第一步就不同"}),
+    "resume/no_rng_state": ("check_resume", 4, "no_rng_state", {"hint": "随机数状态也要存进检查点"}),
+    "resume/resume_adds_max_steps": ("check_resume", 4, "resume_adds_max_steps", {"hint": "--max-steps 是总步数"}),
+    "resume/crash": ("check_resume", 4, "crash", {"found": "NameError"}),
+    "resume/resume_crashes": ("check_resume", 4, "resume_crashes",
                               {"expected": "--resume 续训 正常结束", "found": "KeyError: 'momentum'", "hint": "原子写入"}),
     "clipping/upgrade2-flags": ("check_clipping", 2, None, {"found": "unrecognized arguments: --clip",
                                                             "hint": "脚本还不认识 --clip"}),
-    "clipping/post_clip_norm": ("check_clipping", 3, "post_clip_norm", {"hint": "裁剪后的范数"}),
-    "clipping/clipped_reversed": ("check_clipping", 3, "clipped_reversed", {"hint": "写反了"}),
-    "clipping/clipped_always": ("check_clipping", 3, "clipped_always", {"expected": "--clip 1e6", "hint": "调用过"}),
-    "clipping/no_clipped": ("check_clipping", 3, "no_clipped", {"expected": "grad_norm 和 clipped"}),
+    "clipping/post_clip_norm": ("check_clipping", 4, "post_clip_norm", {"hint": "裁剪后的范数"}),
+    "clipping/clipped_reversed": ("check_clipping", 4, "clipped_reversed", {"hint": "写反了"}),
+    "clipping/clipped_always": ("check_clipping", 4, "clipped_always", {"expected": "--clip 1e6", "hint": "调用过"}),
+    "clipping/no_clipped": ("check_clipping", 4, "no_clipped", {"expected": "grad_norm 和 clipped"}),
+    "clipping/clip_noop": ("check_clipping", 4, "clip_noop", {"expected": "裁剪真的起作用", "hint": "根本没被裁剪"}),
+    "ema/upgrade3-flags": ("check_ema", 3, None, {"found": "unrecognized arguments: --ema-decay",
+                                                  "hint": "脚本还不认识 --ema-decay"}),
+    "ema/ema_not_saved": ("check_ema", 4, "ema_not_saved", {"expected": "最后的 loss_ema 与不中断的运行相同",
+                                                            "hint": "EMA 的状态要存进检查点"}),
+    "ema/ema_not_restored": ("check_ema", 4, "ema_not_restored", {"expected": "最后的 loss_ema 与不中断的运行相同",
+                                                                  "hint": "--resume 时恢复"}),
+    "ema/ema_before_step": ("check_ema", 4, "ema_before_step", {"expected": "--ema-decay 1e-6", "hint": "落后一步"}),
+    "ema/ema_decay_swapped": ("check_ema", 4, "ema_decay_swapped", {"expected": "--ema-decay 1e-6", "hint": "不要写反"}),
+    "ema/ema_raw_twice": ("check_ema", 4, "ema_raw_twice", {"expected": "与原始权重不同", "hint": "评估的还是原始模型"}),
+    "ema/ema_zero_not_off": ("check_ema", 4, "ema_zero_not_off", {"expected": "--ema-decay 0 关掉 EMA"}),
+    "ema/no_final_eval": ("check_ema", 4, "no_final_eval", {"expected": "在训练结束时(step 3)写一条评估记录"}),
 }
 # id: (bug of debug_overfit.py, bug of the twin, {field: fragment})
 OVERFIT_CASES = {
@@ -67,8 +81,9 @@ OVERFIT_CASES = {
     "overfit/new_batch_each_step": ("new_batch_each_step", None, {"hint": "同一个 batch"}),
     "overfit/crash": ("crash", None, {"found": "KeyError"}),
     "overfit/no_grad_norm": ("no_grad_norm", None, {"expected": "grad_norm"}),
+    "overfit/no_samples": ("no_samples", None, {"expected": "samples.png", "hint": "show_samples"}),
 }
-RIGHT = ["right/config", "right/resume", "right/clipping", "right/overfit"]
+RIGHT = ["right/config", "right/resume", "right/clipping", "right/ema", "right/overfit"]
 
 
 def _run_case(case: str, folder: Path) -> BaseException | None:
@@ -126,6 +141,30 @@ def test_every_fake_bug_is_a_case():
     assert set(fake_overfit.BUGS) <= used, set(fake_overfit.BUGS) - used
 
 
+# The checks whose verdicts rest on measured numbers (EMA, RNG state, the clip acting), on 50 other seeds
+SWEPT = ["right/resume", "right/clipping", "right/ema", "resume/no_rng_state", "clipping/clip_noop",
+         "ema/ema_not_saved", "ema/ema_before_step", "ema/ema_decay_swapped", "ema/ema_raw_twice"]
+
+
+@pytest.mark.slow
+def test_numeric_verdicts_hold_on_50_other_seeds(tmp_path):
+    def verdict(job):
+        case, seed = job
+        check, level, bug = TRAIN_CASES[case][:3] if case in TRAIN_CASES else (f"check_{case[6:]}", 4, None)
+        try:
+            getattr(homework, check)(fake_train(tmp_path / f"{case.replace('/', '_')}_{seed}", level, bug), seed=seed)
+        except CheckFailed as exc:
+            return case, seed, exc.expected
+        return case, seed, None
+
+    expected = {case: None if case.startswith("right/") else TRAIN_CASES[case][3].get("expected") for case in SWEPT}
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(verdict, [(case, seed) for seed in SWEEP_SEEDS for case in SWEPT]))
+    wrong = [(case, seed, got) for case, seed, got in results
+             if (got is None) != (expected[case] is None) or (expected[case] and expected[case] not in got)]
+    assert not wrong, wrong
+
+
 # ------------------------------------------------------------------ the script's own error
 
 def test_script_error_reads_argparse_tracebacks_and_plain_output(tmp_path):
@@ -176,19 +215,90 @@ def test_solution_notebook_runs_every_check_on_the_reference():
     override = [c.source for c in nb.cells if "solution-only" in c.metadata.get("tags", [])]
     assert len(override) == 1 and '"solutions" / "homework"' in override[0] and "train_cifar_pro.py" in override[0]
     calls = {c.source.split("(")[0]: c for c in nb.cells if c.cell_type == "code" and c.source.startswith("check_")}
-    assert sorted(calls) == ["check_clipping", "check_config", "check_overfit", "check_resume"]
+    assert list(calls) == [u.check.__name__ for u in homework.UPGRADES]
     for name, cell in calls.items():
-        shown = "".join(o.get("text", "") for o in cell.outputs)
-        assert shown.startswith("✅"), f"{name}: stored output {shown!r} (re-run release --execute --only 10)"
+        lines = "".join(o.get("text", "") for o in cell.outputs).splitlines()
+        assert len(lines) == 2 and lines[0].startswith("运行: /") and "solutions/homework/" in lines[0] \
+            and lines[1].startswith("✅"), f"{name}: stored output {lines!r} (re-run release --execute --only 10)"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("check, flags", [
     ("check_config", "--out --seed --max-steps --model --data-fraction"),
-    ("check_resume", "--out --seed --max-steps --ckpt-every-steps --model --data-fraction"),
+    ("check_resume", "--out --seed --max-steps --ckpt-every-steps --dropout --model --data-fraction"),
     ("check_clipping", "--out --seed --clip --max-steps --model --data-fraction"),
+    ("check_ema", "--out --seed --max-steps --ema-decay --dropout --model --data-fraction"),
 ])
 def test_released_baseline_fails_naming_the_missing_flags(check, flags):
     with pytest.raises(CheckFailed) as info:
         getattr(homework, check)(BASELINE)
     assert f"脚本还不认识 {flags}" in info.value.hint, info.value
+
+
+# ------------------------------------------------------------------ the grader's interface
+
+def test_upgrades_list_every_check_in_order_with_its_scripts():
+    assert [u.number for u in homework.UPGRADES] == [1, 2, 3, 4, 5]
+    assert [u.check for u in homework.UPGRADES] == [homework.check_config, homework.check_resume,
+                                                  homework.check_clipping, homework.check_ema, homework.check_overfit]
+    assert all(u.scripts == (TRAIN,) for u in homework.UPGRADES[:4])
+    assert homework.UPGRADES[4].scripts == (HEALTHY, TWIN)
+    assert all(u.title for u in homework.UPGRADES)
+
+
+class RecordingLauncher:
+    """The grader's side of the interface: records each launch and what the run folder held then."""
+
+    def __init__(self) -> None:
+        self.launches: list[dict] = []
+
+    def __call__(self, argv, *, cwd, env, stdout, writable):
+        assert writable.is_dir(), "the check creates the run folder before the launch"
+        self.launches.append({"argv": argv, "cwd": cwd, "writable": writable,
+                              "holds": sorted(p.name for p in writable.iterdir())})
+        return homework.LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
+
+
+def test_upgrade_run_passes_launcher_workdir_and_commit_through(tmp_path, capsys):
+    folder = fake_train(tmp_path / "hw").parent
+    launcher = RecordingLauncher()
+    message = homework.UPGRADES[0].run(folder, launcher=launcher, workdir=tmp_path / "work", commit="")
+    assert message.startswith("升级 1") and f"运行: {folder / TRAIN}" in capsys.readouterr().out
+    assert len(launcher.launches) == 3
+    for launch in launcher.launches:
+        assert launch["argv"][:2] == [sys.executable, str(folder / TRAIN)] and launch["cwd"] == folder
+        out = launch["argv"][launch["argv"].index("--out") + 1]
+        assert Path(out) == launch["writable"] and launch["writable"].is_relative_to(tmp_path / "work")
+    assert len({launch["writable"] for launch in launcher.launches}) == 3  # a folder of its own for each run
+    with pytest.raises(CheckFailed, match="记录的 commit 等于当前 HEAD 0123456789"):
+        homework.UPGRADES[0].run(folder, workdir=tmp_path / "work", commit="0123456789abcdef")
+    # commit reaches only check_config; the other upgrades accept it from a grader that passes it to all
+    assert homework.UPGRADES[2].run(folder, workdir=tmp_path / "work", commit="").startswith("升级 3")
+
+
+def test_the_resumed_process_sees_only_its_own_folder(tmp_path):
+    launcher = RecordingLauncher()
+    homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
+    resumed = [la for la in launcher.launches if "--resume" in la["argv"]]
+    assert len(resumed) == 1 and "metrics.jsonl" not in resumed[0]["holds"], resumed  # moved out of its reach
+    assert "checkpoint.json" in resumed[0]["holds"]
+
+
+def test_files_written_by_the_script_are_read_with_care(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"step": 1, "loss": 2.3}\n', encoding="utf-8")
+    (out / "metrics.jsonl").symlink_to(secret)
+    with pytest.raises(CheckFailed, match="符号链接"):
+        homework.read_train_records(out)
+    (out / "metrics.jsonl").unlink()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.3}\n' * 100, encoding="utf-8")
+    monkeypatch.setattr(homework, "METRICS_CAP", 1000)
+    with pytest.raises(CheckFailed, match="不超过"):
+        homework.read_train_records(out)
+    monkeypatch.undo()
+    assert homework.read_train_records(out) == {1: {"step": 1, "loss": 2.3}}
+    (out / "config.json").write_text("[" * 100_000, encoding="utf-8")
+    with pytest.raises(CheckFailed, match="合法 JSON"):
+        homework._read_config(out)

@@ -27,7 +27,7 @@ from tests.homework_scripts import fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
 
 NOTEBOOK = ROOT / "solutions" / "10_homework.ipynb"
-CHECKS = ["check_config", "check_resume", "check_clipping", "check_overfit"]
+CHECKS = [u.check.__name__ for u in homework.UPGRADES]
 
 
 @dataclass
@@ -88,8 +88,8 @@ class _RecordingDict(dict):
 
 def _record(monkeypatch, tmp_path: Path, check: str) -> Used:
     used = Used()
-    real_read, real_config = homework.read_metrics, homework._config_values
-    monkeypatch.setattr(homework, "read_metrics",
+    real_read, real_config = homework.read_records, homework._config_values
+    monkeypatch.setattr(homework, "read_records",
                         lambda path: [_RecordingDict(r, used) if isinstance(r, dict) else r for r in real_read(path)])
 
     def config_values(obj, name, substring=False):
@@ -126,7 +126,7 @@ def notebook():
             assert before.cell_type == "markdown" and before.source.startswith("### 约定"), \
                 f"{m.group(1)}: the cell before the check is not its contract block"
             section[m.group(1)] = len(blocks) - 1
-    assert sorted(section) == sorted(CHECKS) and sorted(section.values()) == [0, 1, 2, 3]
+    assert sorted(section) == sorted(CHECKS) and sorted(section.values()) == list(range(len(CHECKS)))
     return blocks, section
 
 

@@ -6,8 +6,9 @@ upgrade's check once, on real training. Each patch implements the sentences quot
 be in the notebook) and imports from course_utils only what the notebooks teach.
 
 The same scripts, each with one typical mistake, show that the real-training diagnoses hold: a script
-that does not know the next section's flags, a post-clip norm, a checkpoint without the optimizer, and
-a twin with a fixed label mapping (which the network memorises, as section 4 says).
+that does not know the next section's flags, a post-clip norm, a checkpoint without the optimizer or
+without the RNG state (dropout), an EMA left out of the resume, and a twin with a fixed label mapping
+(which the network memorises, as section 5 says).
 """
 from __future__ import annotations
 
@@ -39,13 +40,20 @@ QUOTES = {
         "`metrics.jsonl` 边训练边写,每次存检查点之前 `flush()` 一次",
         "| `--ckpt-every-steps N` | 每 N 个优化器步存一次完整检查点,存在 `DIR` 里(文件名随你) |",
         "| `--resume` | 从 `DIR` 里最新的检查点继续:step 接着检查点里的编号",
-        "`--resume` 时追加(`\"a\"`)或重新创建都可以"],
+        "`--resume` 时追加(`\"a\"`)或重新创建都可以",
+        "给脚本加一个 `--dropout P`:交给 `course_utils.models.build_model(args.model, dropout=args.dropout)`"],
     3: [("在 `backward()` 之后、`optimizer.step()` 之前调用 `torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)`。"
          "它**返回裁剪前的全局范数**"),
         "同时写一份 TensorBoard(`torch.utils.tensorboard.SummaryWriter(log_dir)` 的 `add_scalar`",
         "| `--clip MAX_NORM` | 全局梯度范数的裁剪阈值;默认值自己定(例如 1.0),其他检查不传它 |",
         "`grad_norm`(数字,**裁剪前**的全局范数,即 `clip_grad_norm_` 的返回值 `.item()`)和 `clipped`(布尔值:`grad_norm > MAX_NORM`)"],
-    4: [("从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
+    4: ["**每次 `optimizer.step()` 之后**更新一次:`ema = decay * ema + (1 - decay) * w`",
+        "`course_utils.ema.EMA(model, decay=args.ema_decay)` 是完整实现:`ema.update(model)` 在每次 step 之后调用,`ema.module` 就是可以直接评估的 EMA 模型;短训练用 `warmup=True`",
+        "加一个 `--ema-decay D`:0 表示关掉 EMA(不建影子副本,也不评估它)。",
+        "原始权重和 EMA 权重的 loss 与准确率写进**同一行**评估记录;每个 epoch 结束时也这样评估。",
+        "`training_state(..., ema=ema)` / `restore_training_state(..., ema=ema)` 替你做",
+        "`loss`、`acc`:原始权重在测试集(`--data-fraction` 之后的那部分)上的平均 loss 和准确率(0 到 1 之间的数)"],
+    5: [("从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
          "最后 loss 接近 0 就以退出码 0 结束,否则打印排查顺序"),
         "它还把这个 batch 的前 8 张图和标签存成 `samples.png`(`course_utils.debug.show_samples`)",
         "和 `debug_overfit.py` 完全相同,只注入一个标签 bug。",
@@ -74,7 +82,7 @@ def _sections() -> dict[int, str]:
 
 def test_the_patches_implement_sentences_of_their_sections():
     sections = _sections()
-    assert sorted(sections) == [1, 2, 3, 4] and len(PATCHES) == 4
+    assert sorted(sections) == [1, 2, 3, 4, 5] and len(PATCHES) == 5
     for k, quotes in QUOTES.items():
         for quote in quotes:
             assert quote in sections[k], f"升级 {k}: the notebook no longer says {quote!r}"
@@ -98,7 +106,7 @@ def test_the_patches_import_only_taught_course_utils_names():
 def learner(tmp_path_factory):
     """The learner's repository: {upgrade: folder of the scripts right after that upgrade's commit}."""
     stages = {}
-    for k in range(1, 5):
+    for k in range(1, 6):
         repo = learner_repo(tmp_path_factory.mktemp(f"learner{k}"))
         for j in range(1, k + 1):
             folder = apply_upgrade(repo, j)
@@ -109,13 +117,11 @@ def learner(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k, check", [(1, "check_config"), (2, "check_resume"), (3, "check_clipping"),
-                                      (4, "check_overfit")])
-def test_each_upgrade_passes_its_check_in_one_round(learner, k, check, capsys):
-    folder = learner[k]
-    args = (folder / HEALTHY, folder / TWIN) if check == "check_overfit" else (folder / TRAIN,)
-    getattr(homework, check)(*args)
-    assert f"✅ 升级 {k}" in capsys.readouterr().out
+@pytest.mark.parametrize("upgrade", homework.UPGRADES, ids=lambda u: u.check.__name__)
+def test_each_upgrade_passes_its_check_in_one_round(learner, upgrade, capsys):
+    upgrade.run(learner[upgrade.number])
+    out = capsys.readouterr().out
+    assert f"✅ 升级 {upgrade.number}" in out and f"运行: {learner[upgrade.number] / upgrade.scripts[0]}" in out
 
 
 def _mutated(folder, name, old, new, tmp_path):
@@ -166,9 +172,29 @@ def test_a_twin_with_fixed_wrong_labels_is_memorised_and_rejected(learner, tmp_p
     # section 4's "想一想": one wrong label per sample, the same at every step; memorised like the right ones
     fixed = ("wrong = torch.randint(1, 10, y.shape, generator=torch.Generator().manual_seed(0)).to(device)\n"
              "            labels = (y + wrong) % 10 if shuffle_labels else y")
-    folder = _mutated(learner[4], HEALTHY, "labels = y[torch.randperm(len(y), device=device)] if shuffle_labels else y",
+    folder = _mutated(learner[5], HEALTHY, "labels = y[torch.randperm(len(y), device=device)] if shuffle_labels else y",
                       fixed, tmp_path)
     with pytest.raises(CheckFailed) as info:
         homework.check_overfit(folder / HEALTHY, folder / TWIN)
     assert "固定的错误映射" in info.value.hint, info.value
     assert float(info.value.found) < 0.05, f"the prose says the loss still falls to ~0: {info.value.found}"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_the_rng_state_is_diagnosed(learner, tmp_path):
+    # the one random layer (--dropout) draws other masks after the resume
+    folder = _mutated(learner[2], TRAIN, "restore_training_state(found.state, model=model, optimizer=optimizer)",
+                      "restore_training_state(found.state, model=model, optimizer=optimizer, restore_rng=False)",
+                      tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        homework.check_resume(folder / TRAIN)
+    assert "第一步就不同" in info.value.hint and "随机数状态" in info.value.hint, info.value
+
+
+@pytest.mark.slow
+def test_an_ema_left_out_of_the_resume_is_diagnosed(learner, tmp_path):
+    folder = _mutated(learner[4], TRAIN, "optimizer=optimizer, ema=ema)[\"step\"]", "optimizer=optimizer)[\"step\"]",
+                      tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        homework.check_ema(folder / TRAIN)
+    assert "EMA 的状态要存进检查点" in info.value.hint, info.value

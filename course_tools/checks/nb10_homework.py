@@ -426,7 +426,7 @@ def check_config(script: str | os.PathLike, seed: int = SEED, *, launcher: Launc
 
 # ------------------------------------------------------------------ upgrade 2
 
-RESUME_RUN = ["--dropout", "0.1", *SMALL_RUN]  # dropout: the global generator's state matters on resume
+RESUME_RUN = ["--dropout", "0.5", *SMALL_RUN]  # dropout: the global generator's state matters on resume
 
 
 @dataclass

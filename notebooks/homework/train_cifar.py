@@ -1,8 +1,8 @@
 """Chapter 0.2's CIFAR-10 training script: plain and correct, nothing more.
 
 This is the starting point of the chapter 0.4 homework. It trains and prints, but
-it has no seed, no checkpoint, no clipping and no logging beyond print: kill it and
-the run is gone. Upgrade it in four commits (see 10_homework.ipynb).
+it has no seed, no checkpoint, no clipping, no EMA and no logging beyond print: kill it and
+the run is gone. Upgrade it in five commits (see 10_homework.ipynb).
 
     python notebooks/homework/train_cifar.py --epochs 1
 """
