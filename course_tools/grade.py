@@ -24,6 +24,14 @@ the runtime are flagged for manual review (:mod:`course_tools.grade_scan`) and r
     python -m course_tools.grade submissions/ --report part1.csv --shard 1/2     # on machine 1
     python -m course_tools.grade merge part1.csv part2.csv --report grades.csv
     python -m course_tools.grade submissions/ --report grades.csv --resume      # after an interruption
+    python -m course_tools.grade submissions/ --report grades.csv --require-commits  # discipline counts
+
+The homework (``10_homework``: the learner's training scripts, when ``solutions/homework/`` holds the
+reference scripts) is one more row per learner, graded by :mod:`course_tools.grade_homework`: each
+upgrade's check runs here, every run of the learner's scripts in its own sandbox; the commit
+history, when handed in, is judged too (``--require-commits`` lets it change the score), and
+``grades.similarity.csv`` lists the pairs of learners (and learner x reference) whose scripts
+are alike, for a person to look at (:mod:`course_tools.grade_similarity`).
 
 Submissions, collection and reports: :mod:`course_tools.grade_collect`, :mod:`course_tools.grade_report`.
 Without bubblewrap the grader stops with an explanation; ``--no-sandbox`` grades anyway (trusted
@@ -47,6 +55,7 @@ import nbformat
 
 from course_tools.grade_answers import OutsideCheck, outside_check, score_outside
 from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collect, read_notebook
+from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
 from course_tools.grade_kernel import CellResult, clean_text, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
 from course_tools.grade_scan import Flag, scan
@@ -70,6 +79,9 @@ class Options:
     sandbox: bool = True
     limits: Limits = field(default_factory=Limits)
     run_flagged: bool = False
+    homework: bool = True
+    require_commits: bool = False
+    homework_limits: Limits = HOMEWORK_LIMITS
 
     @property
     def threads(self) -> int:
@@ -329,6 +341,10 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
     """
     options = options or Options()
     paths, released = references(Path(solutions))
+    setup = HomeworkSetup.for_solutions(Path(solutions), require_commits=options.require_commits,
+                                        limits=options.homework_limits) if options.homework else None
+    if setup:
+        released.pop(HOMEWORK, None)   # graded by its scripts, never in a kernel
     if options.sandbox:
         check_available(options.limits)
         _check_hidden([Path(solutions), *submissions] + ([report] if report else []))
@@ -336,7 +352,7 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
         for cell in notebook.cells:
             if _is(cell, "check") and (o := outside_check(_source(cell))):
                 __import__(o.module)
-    items, findings = collect(list(submissions), paths, set(released))
+    items, findings = collect(list(submissions), paths, set(released), HOMEWORK if setup else None)
     items, findings = _shard(items, findings, shard)
     out = Report(report, resume) if report else None
     if out:
@@ -346,15 +362,38 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
         print(f"{len({i.learner for i in items})} 位学员,{len(items)} 个 notebook 行,待批改 {len(todo)} 个;"
               f"{'沙箱: bubblewrap' if options.sandbox else '未沙箱(--no-sandbox)'};并行 {options.jobs}",
               file=sys.stderr, flush=True)
-    grades = asyncio.run(_grade_items(todo, released, options, out, verbose))
+    scripts: dict[str, dict[str, str]] = {}
+    grades = asyncio.run(_grade_items(todo, released, options, out, verbose, setup, scripts))
     everything = sorted(out.grades if out else grades, key=lambda g: g.key)
     if out:
         out.finish(everything)
+    if setup:
+        _similarity([i for i in items if i.reference.name == HOMEWORK], setup, scripts, report, verbose)
     return everything
 
 
+def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict[str, str]], report: Path | None,
+                verbose: bool) -> None:
+    """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed)."""
+    from course_tools.grade_similarity import pair_rows, summary, write_csv
+
+    private = private_dir()
+    try:
+        learners = {i.learner: scripts[i.learner] if i.learner in scripts else read_scripts(i, setup, private)
+                    for i in items if i.path is not None}
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    rows = pair_rows({k: v for k, v in learners.items() if v}, references=setup.reference_scripts(),
+                     baseline=setup.baseline_scripts())
+    if report:
+        write_csv(report.with_name(report.stem + ".similarity.csv"), rows)
+    if verbose:
+        print(summary(rows), file=sys.stderr)
+
+
 async def _grade_items(items: list[Item], released: dict, options: Options, out: Report | None,
-                       verbose: bool) -> list[Grade]:
+                       verbose: bool, setup: HomeworkSetup | None = None,
+                       scripts: dict[str, dict[str, str]] | None = None) -> list[Grade]:
     from tqdm.auto import tqdm
 
     private = private_dir()
@@ -366,12 +405,22 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
         async with semaphore:
             start = time.perf_counter()
             try:
-                grade = await grade_item(item, released[item.reference.name], options, private)
+                if setup and item.reference.name == HOMEWORK:
+                    result = await asyncio.to_thread(grade_homework, item, setup, sandbox=options.sandbox,
+                                                     private=private)
+                    grade = result.grade
+                    if scripts is not None:
+                        scripts[item.learner] = result.scripts
+                else:
+                    grade = await grade_item(item, released[item.reference.name], options, private)
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
-                ref_checks = [c for c in released[item.reference.name].cells if _is(c, "check")]
-                grade = Grade(item.learner, item.reference.name, total=len(ref_checks),
-                              notes=[f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"],
-                              checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
+                reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
+                if item.reference.name in released:
+                    ref_checks = [c for c in released[item.reference.name].cells if _is(c, "check")]
+                    grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=[reason],
+                                  checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
+                else:
+                    grade = failed_grade(item, reason)
             grades.append(grade)
             if out:
                 out.add(grade)
@@ -434,11 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", type=_size_arg, default=Limits().memory, help="address-space limit per process (default 6G)")
     p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
     p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review instead of stubbing them")
+    p.add_argument("--require-commits", action="store_true",
+                   help="homework: a history that fails the commit-discipline verdict scores 0 (default: reported only)")
+    p.add_argument("--no-homework", action="store_true", help="grade the notebooks only, not the homework scripts")
     args = p.parse_args(argv)
     if args.resume and not args.report:
         p.error("--resume 需要 --report")
     options = Options(cell_timeout=args.cell_timeout, timeout=args.timeout, jobs=max(1, args.jobs),
-                      sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged)
+                      sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged,
+                      homework=not args.no_homework, require_commits=args.require_commits)
     try:
         grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume)
     except SandboxUnavailable as exc:
@@ -450,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(grades))
     print(f"\n{pass_rate_table(grades)}")
     if args.report:
-        print(f"\nwrote {args.report} (+ .checks.csv, .files.csv, .pass_rate.csv, {args.report.stem}_feedback/)")
+        print(f"\nwrote {args.report} (+ .checks.csv, .files.csv, .pass_rate.csv, .similarity.csv, "
+              f"{args.report.stem}_feedback/)")
     return 0
 
 

@@ -16,6 +16,15 @@ marks), a second notebook for the same reference (the best match is graded, the 
 review), notebooks outside any learner folder (strays), files that are not notebooks and
 notebooks that match no reference.
 
+The homework (``collect(..., homework="10_homework.ipynb")``) is one more item per learner, found
+in one of these forms (``Item.form``), the first one present winning: a git bundle (``*.bundle``
+in the learner folder, made by ``git bundle create hw.bundle homework-0.4``), the learner's clone
+of the workbook with its ``.git`` (``clone-git``) or without (``clone``; a folder holding
+``notebooks/``, either the learner folder itself or a folder in it; its scripts are in
+``notebooks/homework/``, its notebooks in ``notebooks/`` are graded, the rest of the clone is not
+looked at), or a ``homework/`` folder with the scripts (``folder``). A second form is reported,
+never graded. A clone counts as one submission when the learner folders' depth is decided.
+
 :func:`read_notebook` reads nbformat v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4.
 
 Example::
@@ -33,12 +42,16 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["Item", "Finding", "UnreadableNotebook", "collect", "read_notebook", "reference_number"]
+__all__ = ["Item", "Finding", "UnreadableNotebook", "FORMS", "collect", "read_notebook", "reference_number",
+           "is_clone"]
 
 _MAX_BYTES = 50 * 2 ** 20
 _MAX_DEPTH = 4          # folders below a learner folder that are searched for notebooks
 _MAX_ENTRIES = 5000     # entries looked at per learner
 _HIDDEN = ("__MACOSX",)
+# Homework forms, most complete first (history beats none); the description goes into grades.files.csv.
+FORMS = {"bundle": "作业: git bundle(含提交历史)", "clone-git": "作业: 练习册克隆(含 .git 提交历史)",
+         "clone": "作业: 练习册克隆(没有 .git)", "folder": "作业: homework/ 文件夹(没有提交历史)"}
 
 
 class UnreadableNotebook(ValueError):
@@ -47,13 +60,18 @@ class UnreadableNotebook(ValueError):
 
 @dataclass
 class Item:
-    """One row to grade: ``learner`` x ``reference``; ``path`` is None when nothing was submitted."""
+    """One row to grade: ``learner`` x ``reference``; ``path`` is None when nothing was submitted.
+
+    For the homework, ``form`` is a key of :data:`FORMS` and ``path`` the bundle, the clone's root or
+    the ``homework/`` folder.
+    """
 
     learner: str
     reference: Path
     path: Path | None = None
     notes: list[str] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
+    form: str = ""
 
 
 @dataclass
@@ -84,6 +102,16 @@ def _hidden(name: str) -> bool:
     return name.startswith(".") or name in _HIDDEN
 
 
+def is_clone(path: Path) -> bool:
+    """A learner's clone of the workbook: a real folder holding a real ``notebooks/`` folder."""
+    notebooks = Path(path) / "notebooks"
+    return not Path(path).is_symlink() and notebooks.is_dir() and not notebooks.is_symlink()
+
+
+def _is_bundle(entry: os.DirEntry) -> bool:
+    return entry.name.casefold().endswith(".bundle") and entry.is_file(follow_symlinks=False)
+
+
 def _match(name: str, references: list[Path]) -> tuple[Path | None, int, str]:
     """(reference, rank, reason): rank 0 exact, 1 case, 2 number, 3 topic; None with a reason otherwise."""
     for ref in references:
@@ -107,16 +135,18 @@ def _match(name: str, references: list[Path]) -> tuple[Path | None, int, str]:
 
 
 class _Collector:
-    def __init__(self, references: list[Path], graded: set[str]) -> None:
-        self.references, self.graded = references, graded
+    def __init__(self, references: list[Path], graded: set[str], homework: str | None = None) -> None:
+        self.references, self.graded, self.homework = references, graded, homework
         self.items: list[Item] = []
         self.findings: list[Finding] = []
 
     def report(self, path: str, learner: str, reason: str, status: str = "reported") -> None:
         self.findings.append(Finding(path, learner, status, reason))
 
-    def learner(self, key: str, display: str, files: list[tuple[Path, str, int]], extra: list[Finding]) -> None:
-        """``files``: (path, display path, depth) of the learner's notebooks (symlinks included, refused here)."""
+    def learner(self, key: str, display: str, files: list[tuple[Path, str, int]], extra: list[Finding],
+                forms: list[tuple[str, Path, str]] = ()) -> None:
+        """``files``: (path, display path, depth) of the learner's notebooks (symlinks included, refused here);
+        ``forms``: (form, path, display path) of the homework found."""
         chosen: dict[str, list[tuple[int, int, str, Path]]] = {}
         refused: dict[str, list[str]] = {}
         unmatched: list[str] = []
@@ -158,11 +188,48 @@ class _Collector:
                 if unmatched:
                     item.notes.append(f"无法对应的文件: {', '.join(unmatched)}")
             self.items.append(item)
+        if self.homework:
+            self.homework_item(key, list(forms))
+
+    def homework_item(self, key: str, forms: list[tuple[str, Path, str]]) -> None:
+        item = Item(key, Path(self.homework))
+        forms.sort(key=lambda f: (list(FORMS).index(f[0]), len(f[2]), f[2]))
+        if forms:
+            item.form, item.path, shown = forms[0]
+            self.report(shown, key, FORMS[item.form] + ",已批改", "graded")
+            for form, _, other in forms[1:]:
+                self.report(other, key, f"另一份作业({FORMS[form]}),未批改: 已批改 {shown}")
+                item.review.append(f"作业交了不止一份,批改的是 {shown},未批改 {other}")
+        else:
+            item.notes.append(f"未提交作业(homework/ 文件夹、练习册克隆或 *.bundle)")
+        self.items.append(item)
+
+    def clone(self, root: Path, key: str, shown: str, files: list[tuple[Path, str, int]], extra: list[Finding],
+              forms: list[tuple[str, Path, str]]) -> None:
+        """A clone of the workbook: its notebooks in ``notebooks/`` and its scripts in ``notebooks/homework/``."""
+        git = (root / ".git").is_dir() and not (root / ".git").is_symlink()
+        extra.append(Finding(shown, key, "reported", "练习册克隆: 只看 notebooks/ 里的 notebook 和 notebooks/homework/"
+                             + (";.git 用于检查提交历史" if git else "")))
+        try:
+            entries = sorted(os.scandir(root / "notebooks"), key=lambda e: e.name)[:_MAX_ENTRIES]
+        except OSError:
+            entries = []
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name == "homework" and entry.is_dir(follow_symlinks=False):
+                forms.append(("clone-git" if git else "clone", root, _join(shown, "notebooks/homework")))
+            elif _is_notebook(entry.name) and not _hidden(entry.name) and (entry.is_symlink() or entry.is_file()):
+                files.append((path, _join(shown, f"notebooks/{entry.name}"), 0))
 
     def learner_folder(self, folder: Path, key: str, shown_root: str) -> None:
         files: list[tuple[Path, str, int]] = []
         extra: list[Finding] = []
+        forms: list[tuple[str, Path, str]] = []
         budget = [_MAX_ENTRIES]
+        if is_clone(folder):
+            self.clone(folder, key, shown_root, files, extra, forms)
+            self.learner(key, shown_root, files, extra, forms)
+            return
 
         def walk(d: Path, depth: int) -> None:
             try:
@@ -184,6 +251,12 @@ class _Collector:
                         files.append((path, shown, depth))
                     else:
                         extra.append(Finding(shown, key, "refused", "符号链接,已拒绝(不跟随链接)"))
+                elif depth == 0 and entry.name == "homework" and entry.is_dir(follow_symlinks=False):
+                    forms.append(("folder", path, shown))
+                elif depth == 0 and _is_bundle(entry):
+                    forms.append(("bundle", path, shown))
+                elif depth == 0 and entry.is_dir(follow_symlinks=False) and is_clone(path):
+                    self.clone(path, key, shown, files, extra, forms)
                 elif entry.is_dir(follow_symlinks=False):
                     if depth + 1 > _MAX_DEPTH:
                         extra.append(Finding(shown, key, "reported", "文件夹层级太深,未查看"))
@@ -195,11 +268,11 @@ class _Collector:
                     extra.append(Finding(shown, key, "reported", "不是 notebook,未批改"))
 
         walk(folder, 0)
-        self.learner(key, shown_root, files, extra)
+        self.learner(key, shown_root, files, extra, forms)
 
     def root(self, folder: Path, prefix: str, shown_root: str) -> None:
         """A submission folder: learner folders sit at the depth where most notebooks' folders are."""
-        depth = _learner_depth(folder)
+        depth = 0 if is_clone(folder) else _learner_depth(folder)
         if depth == 0:
             self.learner_folder(folder, prefix or folder.name, shown_root)
         else:
@@ -238,7 +311,9 @@ def _join(root: str, rel: Path | str) -> str:
 def _learner_depth(folder: Path) -> int:
     """Where the learner folders are: the most common depth of the folders holding notebooks below ``folder``.
 
-    Ties go to the shallower depth. 0 (``folder`` is itself a learner folder) only when no subfolder
+    A ``homework/`` folder or a bundle counts like a notebook of the folder holding it; a clone of the
+    workbook counts once, as a submission of the folder holding it (of itself when it sits directly in
+    ``folder``), and is not looked into. Ties go to the shallower depth. 0 (``folder`` is itself a learner folder) only when no subfolder
     holds a notebook: a class folder with one stray notebook must never be read as one learner.
     """
     counts: dict[int, int] = {}
@@ -253,8 +328,11 @@ def _learner_depth(folder: Path) -> int:
             budget[0] -= 1
             if budget[0] < 0 or _hidden(entry.name) or entry.is_symlink():
                 continue
-            if entry.is_file(follow_symlinks=False) and _is_notebook(entry.name):
+            if (entry.is_file(follow_symlinks=False) and _is_notebook(entry.name)) or _is_bundle(entry) or (
+                    entry.name == "homework" and entry.is_dir(follow_symlinks=False)):
                 counts[depth] = counts.get(depth, 0) + 1
+            elif entry.is_dir(follow_symlinks=False) and is_clone(Path(entry.path)):
+                counts[max(depth, 1)] = counts.get(max(depth, 1), 0) + 1
             elif entry.is_dir(follow_symlinks=False) and depth < _MAX_DEPTH + 2:
                 walk(Path(entry.path), depth + 1)
 
@@ -276,13 +354,15 @@ def _labels(paths: list[Path]) -> list[str]:
     return labels
 
 
-def collect(paths: list[Path], references: list[Path], graded: set[str] | None = None) -> tuple[list[Item], list[Finding]]:
+def collect(paths: list[Path], references: list[Path], graded: set[str] | None = None,
+            homework: str | None = None) -> tuple[list[Item], list[Finding]]:
     """Items (learner x graded reference) and findings (every file met) for the submission ``paths``.
 
-    ``graded``: names of the references that have check cells (default: all of ``references``).
+    ``graded``: names of the references that have check cells (default: all of ``references``);
+    ``homework``: the row name of the homework (one more item per learner; None: not graded).
     """
     references = sorted(references)
-    collector = _Collector(references, {r.name for r in references} if graded is None else set(graded))
+    collector = _Collector(references, {r.name for r in references} if graded is None else set(graded), homework)
     unique: list[Path] = []
     for p in paths:
         if os.path.abspath(p) not in {os.path.abspath(u) for u in unique}:
@@ -291,6 +371,8 @@ def collect(paths: list[Path], references: list[Path], graded: set[str] | None =
     for path, label in zip(unique, labels):
         if path.is_symlink():
             collector.report(label, label, "符号链接,已拒绝(不跟随链接)", "refused")
+        elif path.is_file() and path.name.casefold().endswith(".bundle"):
+            collector.learner(label, label, [], [], [("bundle", path, label)])
         elif path.is_file():
             collector.learner(label, label, [(path, label, 0)], [])
         elif path.is_dir():

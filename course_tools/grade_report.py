@@ -33,7 +33,7 @@ from course_tools.grade_kernel import clean_text
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "Report", "load_report",
            "merge_reports", "pass_rates", "pass_rate_table", "feedback_markdown", "table"]
 
-COLUMNS = ("learner", "notebook", "passed", "total", "score", "review", "notes")
+COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
 CHECK_COLUMNS = ("learner", "notebook", "check", "passed", "message")
 FILE_COLUMNS = ("path", "learner", "status", "reason")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -56,7 +56,7 @@ class CheckOutcome:
 
 @dataclass
 class Grade:
-    """One learner x notebook row."""
+    """One learner x notebook row. ``commits``: the homework's commit-discipline verdict (empty for notebooks)."""
 
     learner: str
     notebook: str
@@ -65,6 +65,7 @@ class Grade:
     notes: list[str] = field(default_factory=list)
     review: list[str] = field(default_factory=list)
     checks: list[CheckOutcome] = field(default_factory=list)
+    commits: str = ""
 
     @property
     def score(self) -> float:
@@ -76,7 +77,8 @@ class Grade:
 
     def row(self) -> dict[str, str]:
         return {"learner": self.key[0], "notebook": self.key[1], "passed": str(self.passed), "total": str(self.total),
-                "score": f"{self.score:.3f}", "review": safe_field(" | ".join(self.review)),
+                "score": f"{self.score:.3f}", "commits": safe_field(self.commits, 400),
+                "review": safe_field(" | ".join(self.review)),
                 "notes": safe_field(" | ".join(self.notes))}
 
     def check_rows(self) -> list[dict[str, str]]:
@@ -102,7 +104,8 @@ def load_report(path: Path) -> list[Grade]:
     for r in _read_rows(path, COLUMNS):
         grades[r["learner"], r["notebook"]] = Grade(
             r["learner"], r["notebook"], int(r["passed"]), int(r["total"]),
-            [n for n in r["notes"].split(" | ") if n], [n for n in r["review"].split(" | ") if n])
+            [n for n in r["notes"].split(" | ") if n], [n for n in r["review"].split(" | ") if n],
+            commits=r["commits"])
     for r in _read_rows(_sibling(path, ".checks.csv"), CHECK_COLUMNS):
         grade = grades.get((r["learner"], r["notebook"]))
         if grade is not None:
@@ -215,6 +218,8 @@ def feedback_markdown(learner: str, grades: list[Grade]) -> str:
     lines = [f"# 批改反馈: {_md(learner)}", "", f"总分: {passed}/{total}" + (f"({passed / total:.0%})" if total else ""), ""]
     for g in sorted(grades, key=lambda g: g.notebook):
         lines += [f"## {_md(g.notebook)}: {g.passed}/{g.total}", ""]
+        if g.commits:
+            lines += [f"提交纪律: {_md(g.commits)}", ""]
         for c in g.checks:
             lines.append(f"- ✅ {_md(c.check)}" if c.passed else f"- ❌ {_md(c.check)}: {_md(c.message or '未通过')}")
         if g.notes:

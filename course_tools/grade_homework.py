@@ -1,0 +1,413 @@
+"""Grade the homework of ``10_homework``: each learner's scripts, run by the upgrade checks in sandboxes (instructor tool).
+
+Reference machinery of :mod:`course_tools.grade`. The learner hands in the scripts in one of the
+forms :mod:`course_tools.grade_collect` recognises (``homework/`` folder, clone of the workbook with
+or without ``.git``, git bundle). The one command a learner runs to hand in, from the workbook's
+root after committing each upgrade on the branch ``homework-0.4``::
+
+    git bundle create hw.bundle homework-0.4
+
+For each learner the grader copies the scripts into a scratch folder of its own (regular files
+only, no links, size-capped), then runs each upgrade of
+:data:`course_tools.checks.nb10_homework.UPGRADES` in the GRADER process: the check decides the
+outcome outside, every run of a learner's script starts through a :class:`~course_tools.sandbox.ScriptBox`
+(its own bubblewrap sandbox: the scratch copy read-only, the run's own folder the one writable
+host path, no network, no other learner, no ``solutions/``, memory, pids and disk limits, every
+process gone with the sandbox). One row per learner (``passed/total`` = upgrades) and one check
+row per upgrade with the check's own message and a command that reproduces it.
+
+History (clone with ``.git``, bundle; read by :mod:`course_tools.grade_history`): for each
+upgrade, the first of the learner's commits at which its check passes. The checks are
+cumulative (each upgrade builds on the last, and a learner does not remove one later), so
+"passes" is monotone along the commits and a binary search over the commits that change
+``notebooks/homework/`` finds it: at most ``ceil(log2(n))`` runs of each check for ``n`` such
+commits, besides the run at the head, with every (commit, upgrade) result memoised. A commit's
+scripts run in an exported folder whose ``.git`` names that commit as ``HEAD`` (objects read from
+the grader's copy of the history), so upgrade 1's check asks for exactly that commit in
+``config.json``; without history it asks only for a key naming the commit. The verdict
+(:func:`~course_tools.grade_history.judge_discipline`) goes into the ``commits`` column and the
+notes; it changes the score only with ``require_commits`` (``--require-commits``): a history that
+fails the verdict then scores 0 (a plain folder has no history and is never penalised).
+
+Example::
+
+    setup = HomeworkSetup.for_solutions(Path("solutions"))
+    result = grade_homework(item, setup, sandbox=True, private=Path(tmp))
+    result.grade.passed, result.scripts["train_cifar.py"]
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_tools.checks import CheckFailed
+from course_tools.checks.nb10_homework import UPGRADES, Upgrade
+from course_tools.grade_collect import Item
+from course_tools.grade_history import (HOMEWORK, NO_HISTORY, Commit, Discipline, History, HistoryError,
+                                        judge_discipline, open_history)
+from course_tools.grade_kernel import clean_text
+from course_tools.grade_report import CheckOutcome, Grade
+from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
+
+__all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkResult", "grade_homework",
+           "read_scripts", "failed_grade", "quiet_checks", "copy_scripts", "upgrade_label"]
+
+NOTEBOOK = "10_homework.ipynb"
+HAND_IN = "git bundle create hw.bundle homework-0.4"
+# One script run: torch maps ~3.4 GiB of address space, a tiny run stays under 1 GiB resident; a
+# run folder holds a few small checkpoints and logs.
+HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=256 * MiB, disk=512 * MiB,
+                         tmp=256 * MiB, shm=256 * MiB, home=64 * MiB)
+_MAX_FILES = 50
+_MAX_FILE = 2 ** 20
+
+
+def upgrade_label(upgrade: Upgrade) -> str:
+    """The check column of one upgrade: ``升级 2: 完整检查点 + kill 后续训``."""
+    return f"升级 {upgrade.number}: {upgrade.title}"
+
+
+@dataclass(frozen=True)
+class HomeworkSetup:
+    """Where the homework's references are and how it is graded.
+
+    ``reference``: the reference scripts (``solutions/homework``); ``baseline``: the released scripts
+    everyone starts from (``notebooks/homework``); ``course``: the course repository (the learner's
+    starting commit is its newest commit in the learner's history; None: found from the baseline).
+    """
+
+    reference: Path
+    baseline: Path
+    course: Path | None = None
+    require_commits: bool = False
+    limits: Limits = HOMEWORK_LIMITS
+
+    @classmethod
+    def for_solutions(cls, solutions: Path, **kw) -> "HomeworkSetup | None":
+        """``solutions/homework`` and ``solutions/../notebooks/homework``; None when there are no reference scripts."""
+        solutions = Path(solutions).resolve()
+        reference = solutions / "homework"
+        if not reference.is_dir():
+            return None
+        root = solutions.parent
+        return cls(reference, root / HOMEWORK, root if (root / ".git").exists() else None, **kw)
+
+    def reference_scripts(self) -> dict[str, str]:
+        """The reference of each homework script, by the LEARNER's file name (``train_cifar.py`` is
+        ``train_cifar_pro.py`` in ``solutions/homework``, where it has that name)."""
+        found = {}
+        for name in dict.fromkeys(n for u in UPGRADES for n in u.scripts):
+            path = next((p for p in (self.reference / name, self.reference / f"{Path(name).stem}_pro.py")
+                         if p.is_file()), None)
+            if path is not None:
+                found[name] = path.read_text(encoding="utf-8", errors="replace")
+        return found
+
+    def baseline_scripts(self) -> dict[str, str]:
+        """The released scripts everyone starts from, by file name."""
+        return _texts(self.baseline) if self.baseline.is_dir() else {}
+
+
+@dataclass
+class HomeworkResult:
+    """One learner's homework row and the scripts graded (name -> text, for the similarity report)."""
+
+    grade: Grade
+    scripts: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the checks' own printing
+
+class _ThreadStdout(io.TextIOBase):
+    """``sys.stdout`` while homework is graded: what the checks print in a grading thread is dropped."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.local = threading.local()
+
+    def write(self, text: str) -> int:
+        return len(text) if getattr(self.local, "quiet", False) else self.real.write(text)
+
+    def flush(self) -> None:
+        self.real.flush()
+
+
+_STDOUT: list[_ThreadStdout] = []
+
+
+@contextlib.contextmanager
+def quiet_checks():
+    """Drop what the checks print (their passed lines) in this thread; the terminal keeps the grader's output."""
+    if not _STDOUT or sys.stdout is not _STDOUT[0]:
+        _STDOUT[:] = [_ThreadStdout(sys.stdout)]
+        sys.stdout = _STDOUT[0]
+    proxy = _STDOUT[0]
+    proxy.local.quiet = True
+    try:
+        yield
+    finally:
+        proxy.local.quiet = False
+
+
+# ---------------------------------------------------------------- the learner's files
+
+def copy_scripts(src: Path, dest: Path) -> list[str]:
+    """Copy the regular files directly in ``src`` into the new folder ``dest``; what was left out, and why.
+
+    Symlinks, folders, hidden files, files over 1 MiB and files past the 50th are never copied.
+    """
+    dest.mkdir(parents=True)
+    left: list[str] = []
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name)
+    except OSError as exc:
+        return [f"{src.name}: 无法读取 ({exc.strerror})"]
+    copied = 0
+    for entry in entries:
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            continue
+        if entry.is_symlink():
+            left.append(f"{entry.name}: 符号链接,未复制")
+        elif not entry.is_file(follow_symlinks=False):
+            left.append(f"{entry.name}: 不是普通文件,未复制")
+        elif entry.stat(follow_symlinks=False).st_size > _MAX_FILE or copied >= _MAX_FILES:
+            left.append(f"{entry.name}: 超过 {_MAX_FILE // MiB} MiB 或 {_MAX_FILES} 个文件的上限,未复制")
+        else:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    continue
+                (dest / entry.name).write_bytes(f.read(_MAX_FILE + 1)[:_MAX_FILE])
+            copied += 1
+    return left
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _texts(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.iterdir())
+            if p.suffix == ".py" and p.is_file() and not p.is_symlink()}
+
+
+def _pin(folder: Path, sha: str, objects: Path) -> None:
+    """Make ``folder`` a git work tree whose ``HEAD`` is ``sha`` (objects from ``objects``): what the script records."""
+    git = folder / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "objects" / "info").mkdir(parents=True)
+    (git / "HEAD").write_text(sha + "\n")
+    (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+
+
+# ---------------------------------------------------------------- running the checks
+
+class _Runner:
+    """Runs upgrade checks for one learner, memoising (commit, upgrade) outcomes."""
+
+    def __init__(self, setup: HomeworkSetup, sandbox: bool, scratch: Path, history: History | None) -> None:
+        self.setup, self.sandbox, self.scratch, self.history = setup, sandbox, scratch, history
+        self.memo: dict[tuple[str, int], CheckOutcome] = {}
+        self.folders: dict[str, Path] = {}
+        self.runs = 0
+
+    def check(self, upgrade: Upgrade, folder: Path, commit: str) -> CheckOutcome:
+        """One upgrade's check on the scripts in ``folder``; never raises for the learner's code."""
+        readable = [folder] + ([self.history.repo / "objects"] if self.history and commit else [])
+        box = ScriptBox(tuple(readable), self.setup.limits, threads=1, sandbox=self.sandbox)
+        work = Path(tempfile.mkdtemp(prefix="runs", dir=self.scratch))
+        self.runs += 1
+        try:
+            with quiet_checks():
+                message = upgrade.run(folder, launcher=box, workdir=work, commit=commit)
+            outcome = CheckOutcome(upgrade_label(upgrade), True, _shown(message, folder))
+        except CheckFailed as exc:
+            text = _shown(str(exc), folder)
+            if "复现" not in text:
+                text += f"。复现: 在 10_homework 里运行升级 {upgrade.number} 的检查格子"
+            outcome = CheckOutcome(upgrade_label(upgrade), False, text)
+        except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the other upgrades
+            outcome = CheckOutcome(upgrade_label(upgrade), False,
+                                   f"评分出错: {type(exc).__name__}: {clean_text(_shown(str(exc), folder), 300)}")
+        finally:
+            box.close()
+            shutil.rmtree(work, ignore_errors=True)
+        for line in box.killed:
+            if line not in outcome.message:
+                outcome.message += f"({line})"
+        return outcome
+
+    def folder(self, commit: Commit) -> Path:
+        """The scripts of ``commit``, exported once and pinned to it."""
+        if commit.sha not in self.folders:
+            dest = self.scratch / f"c-{commit.sha[:12]}"
+            self.history.export(commit, dest)
+            _pin(dest, commit.sha, self.history.repo / "objects")
+            self.folders[commit.sha] = dest
+        return self.folders[commit.sha]
+
+    def at(self, upgrade: Upgrade, commit: Commit) -> bool:
+        key = (commit.sha, upgrade.number)
+        if key not in self.memo:
+            try:
+                self.memo[key] = self.check(upgrade, self.folder(commit), commit.sha)
+            except HistoryError as exc:
+                self.memo[key] = CheckOutcome(upgrade_label(upgrade), False, f"无法导出 {commit.short}: {exc}")
+        return self.memo[key].passed
+
+    def first_pass(self, upgrade: Upgrade, candidates: list[Commit]) -> Commit | None:
+        """The first of ``candidates`` (oldest first) at which the check passes: binary search, passing being monotone."""
+        if not candidates or not self.at(upgrade, candidates[-1]):
+            return None
+        lo, hi = 0, len(candidates) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.at(upgrade, candidates[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return candidates[lo]
+
+
+def _shown(text: str, folder: Path) -> str:
+    """A message with the grader's scratch path shown as the learner's own folder."""
+    return text.replace(str(folder), HOMEWORK)
+
+
+def _unrun(grade: Grade, reason: str) -> None:
+    grade.checks = [CheckOutcome(upgrade_label(u), False, reason) for u in UPGRADES]
+
+
+def failed_grade(item: Item, reason: str) -> Grade:
+    """The homework row of a learner whose grading hit a grader bug: every upgrade failed, the total kept."""
+    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=[reason])
+    _unrun(grade, reason)
+    return grade
+
+
+def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: Path) -> HomeworkResult:
+    """Grade one learner's homework (``item.form``/``item.path`` from the collector); never raises for a bad submission."""
+    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=list(item.notes), review=list(item.review))
+    result = HomeworkResult(grade)
+    if not sandbox:
+        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
+    if item.path is None:
+        _unrun(grade, "未提交作业")
+        return result
+    scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
+    try:
+        _grade(item, setup, sandbox, scratch, result)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    grade.passed = sum(c.passed for c in grade.checks)
+    if setup.require_commits and grade.commits and not _discipline_ok(grade):
+        grade.notes.append(f"--require-commits: 提交纪律不合格,作业记 0 分(检查本身通过 {grade.passed} 个)")
+        grade.passed = 0
+    return result
+
+
+def _discipline_ok(grade: Grade) -> bool:
+    return not grade.commits.startswith("不合格")
+
+
+def _open(item: Item, setup: HomeworkSetup, scratch: Path, notes: list[str]) -> History | None:
+    """The learner's history (clone with .git, bundle), or None; a bundle that cannot be read raises HistoryError."""
+    if item.form not in ("clone-git", "bundle"):
+        return None
+    baseline = setup.baseline / "train_cifar.py"
+    try:
+        return open_history(item.path, scratch / "git", course=setup.course,
+                            baseline=baseline.read_bytes() if baseline.is_file() else None)
+    except HistoryError as exc:
+        if item.form == "bundle":
+            raise HistoryError(f"bundle 无法读取: {exc}(交作业: {HAND_IN})") from None
+        notes.append(f"提交历史无法读取,按没有历史批改: {exc}")
+        return None
+
+
+def _head(item: Item, runner: _Runner, notes: list[str]) -> tuple[Path, str]:
+    """The folder of the scripts handed in, and the commit they are (``""``: not a commit)."""
+    history = runner.history
+    if item.form == "bundle":
+        return runner.folder(history.head), history.head.sha
+    src = item.path / HOMEWORK if item.form.startswith("clone") else item.path
+    head = runner.scratch / "head"
+    left = copy_scripts(src, head)
+    if left:
+        notes.append("未复制的文件: " + "; ".join(left))
+    if history is None:
+        return head, ""
+    if _digest(head) == _digest(runner.folder(history.head)):
+        return runner.folder(history.head), history.head.sha
+    notes.append(f"工作区的脚本与最后一次提交 {history.head.short} 不同: 分数按工作区的脚本;提交历史只用于检查提交纪律")
+    return head, ""
+
+
+def read_scripts(item: Item, setup: HomeworkSetup, private: Path) -> dict[str, str]:
+    """The scripts ``item`` hands in (name -> text), read without running anything ({} when there are none)."""
+    if item.path is None:
+        return {}
+    scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
+    try:
+        runner = _Runner(setup, True, scratch, _open(item, setup, scratch, []))
+        return _texts(_head(item, runner, [])[0])
+    except HistoryError:
+        return {}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, result: HomeworkResult) -> None:
+    grade = result.grade
+    try:
+        runner = _Runner(setup, sandbox, scratch, _open(item, setup, scratch, grade.notes))
+        head, commit = _head(item, runner, grade.notes)
+    except HistoryError as exc:
+        _unrun(grade, f"无法读取作业: {exc}")
+        grade.commits = "无法读取"
+        grade.notes.append(f"无法读取作业: {exc}")
+        return
+    for upgrade in UPGRADES:
+        outcome = runner.check(upgrade, head, commit)
+        if commit:
+            runner.memo[commit, upgrade.number] = outcome
+        grade.checks.append(outcome)
+        if not outcome.passed:
+            grade.notes.append(f"{outcome.check}: {outcome.message}")
+    result.scripts = _texts(head)
+    try:
+        verdict = _discipline(runner, runner.history)
+    except HistoryError as exc:
+        verdict = Discipline(True, "无法读取", [f"提交历史无法读取: {exc}"])
+    grade.commits = verdict.column
+    grade.notes += verdict.notes
+
+
+def _discipline(runner: _Runner, history: History | None) -> Discipline:
+    if history is None:
+        return NO_HISTORY
+    if not history.commits:
+        return Discipline(True, "无学员提交 (起点之后没有提交)", [f"起点之后没有提交: {history.start_note}"])
+    candidates = [c for c in history.commits if history.touches_homework(c)]
+    for upgrade in UPGRADES:  # the commits after the last candidate leave the head's scripts unchanged
+        if candidates and (history.head.sha, upgrade.number) in runner.memo:
+            runner.memo.setdefault((candidates[-1].sha, upgrade.number), runner.memo[history.head.sha, upgrade.number])
+    before = runner.runs
+    first = {u.number: runner.first_pass(u, candidates) for u in UPGRADES}
+    verdict = judge_discipline(history.commits, first)
+    bound = len(UPGRADES) * (1 + math.ceil(math.log2(max(1, len(candidates)))))
+    return Discipline(verdict.ok, verdict.column, [history.start_note, *verdict.notes,
+                      f"按提交检查: {len(candidates)} 个改动作业的提交,运行检查 {runner.runs - before} 次(上限 {bound})"])
