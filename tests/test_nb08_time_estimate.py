@@ -9,13 +9,14 @@ import ast
 import math
 import re
 
+import nbformat
 import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08_time_estimate import check_estimate_hours
 from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
-from tests.notebook_cells import exercise_pairs, run_source
+from tests.notebook_cells import ROOT, exercise_pairs, run_source
 
 NAME = "08_time_estimate.ipynb"
 
@@ -142,3 +143,17 @@ def test_reference_matches_course_utils_and_chapter_example():
     est = estimate_training_time(10_000, 3, 4, samples_per_sec=0.5, verbose=False)
     assert math.isclose(est.hours, reference_hours(10_000, 3, 4, 0.125))
     assert "单位陷阱" in est.note
+
+
+@pytest.mark.parametrize("factor", [1.021, 0.979, 1.5])
+def test_a_failure_prints_digits_that_differ_and_the_tolerance(factor):
+    """Issue 20: a failure whose expected and found values print the same is a defect. Just past 2% the
+    printed numbers differ, and the message states the tolerance the notebook's text promises."""
+    with pytest.raises(CheckFailed) as info:
+        check_estimate_hours(lambda n, e, b, s: reference_hours(n, e, b, s) * factor)
+    expected = re.search(r"≈ (\S+) 小时", info.value.expected).group(1)
+    found = re.match(r"(\S+) 小时", info.value.found).group(1)
+    assert expected != found, str(info.value)
+    assert "2% 以内" in info.value.expected
+    text = "".join(c.source for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells)
+    assert "相对误差 2% 以内" in text

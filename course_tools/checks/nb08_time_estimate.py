@@ -75,5 +75,5 @@ def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], floa
         want = training_hours(num_samples, epochs, batch_size, steps_per_sec)
         ok = math.isfinite(value) and math.isclose(value, want, rel_tol=REL_TOL)
         hint = _diagnose(value / want, batch_size, steps_per_sec) if not ok and value > 0 and math.isfinite(value) else ""
-        expect(ok, f"{args} ≈ {want:.3f} 小时", f"{value:.4g}{hint}")
-    passed(f"estimate_hours 在 {len(cases)} 组随机与章节案例上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")
+        expect(ok, f"{args} ≈ {want:.4g} 小时(相对误差 {REL_TOL:.0%} 以内)", f"{value:.4g} 小时{hint}")
+    passed(f"estimate_hours 在 {len(cases)} 组规模(6 组随机 + 章节案例的两种读法)上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")
