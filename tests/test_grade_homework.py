@@ -366,3 +366,102 @@ def test_reports_name_the_form_rates_feedback_and_similarity(graded):
 def test_nothing_outside_the_sandboxes_changed_and_nothing_survives(graded):
     assert graded["after"] == graded["before"]
     assert graded["survivors"] == []
+
+
+# ---------------------------------------------------------------- the parts, fast
+
+def test_collect_finds_each_form_and_keeps_one(tmp_path):
+    c = tmp_path / "class"
+    write(c / "ann" / "homework", homework())
+    write(c / "ben" / "notebooks" / "homework", homework())                  # ben is a clone without .git
+    nbformat.write(solved_notebook(), c / "ben" / "notebooks" / "01_fixture.ipynb")
+    (c / "ben" / "solutions").mkdir()
+    nbformat.write(solved_notebook(), c / "ben" / "solutions" / "01_fixture.ipynb")   # the clone's reference: not looked at
+    clone(c / "cat" / "workbook", one_commit_per_upgrade())                  # a clone inside the learner folder
+    write(c / "cat" / "homework", homework())                                # and a second form
+    (c / "dan").mkdir()
+    git(clone(tmp_path / "dan", one_commit_per_upgrade()), "bundle", "create", str(c / "dan" / "hw.bundle"),
+        "homework-0.4")
+    refs = [FIXTURE / "01_fixture.ipynb"]
+    items, findings = collect([c], refs, homework=NOTEBOOK)
+    hw = {i.learner: i for i in items if i.reference.name == NOTEBOOK}
+    assert {k: (i.form, i.path.name) for k, i in hw.items()} == {
+        "ann": ("folder", "homework"), "ben": ("clone", "ben"), "cat": ("clone-git", "workbook"),
+        "dan": ("bundle", "hw.bundle")}
+    assert hw["cat"].review and "未批改 class/cat/homework" in hw["cat"].review[0]
+    nb = {i.learner: i for i in items if i.reference.name == "01_fixture.ipynb"}
+    assert nb["ben"].path == c / "ben" / "notebooks" / "01_fixture.ipynb" and nb["ben"].notes == []
+    assert not any("solutions" in f.path for f in findings)
+    items, _ = collect([c / "ben"], refs, homework=NOTEBOOK)                 # a clone given as the learner folder
+    assert [(i.learner, i.form) for i in items if i.reference.name == NOTEBOOK] == [("ben", "clone")]
+
+
+def test_script_box_shows_only_its_folders_and_dies_whole(sandbox_ready, tmp_path):
+    scripts, run, outside = tmp_path / "scripts", tmp_path / "run", tmp_path / "outside.txt"
+    outside.write_text("host")
+    run.mkdir()
+    probe = write(scripts, {"probe.py": f"""
+import os, subprocess, sys, time
+assert os.getcwd() == {str(scripts)!r} and os.getenv("SECRET") is None and os.getenv("OWN") == "1"
+assert not os.path.exists({str(outside)!r}), "a host file is visible"
+for target in ({str(scripts / 'probe.py')!r}, "/usr/x"):
+    try:
+        open(target, "a")
+    except OSError:
+        pass
+    else:
+        raise AssertionError(target + " writable")
+open({str(run / 'ok')!r}, "w").write("written")
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {MARKER!r}], start_new_session=True)
+print("ready", flush=True)
+time.sleep(600)
+"""}) / "probe.py"
+    box = sandbox.ScriptBox((scripts,), TEST_LIMITS)
+    env = {**os.environ, "OWN": "1", "SECRET": "instructor-token"}
+    os.environ["SECRET"] = "instructor-token"
+    try:
+        with open(tmp_path / "log", "w") as log:
+            proc = box([sys.executable, str(probe)], cwd=scripts, env=env, stdout=log, writable=run)
+        deadline = time.monotonic() + 60
+        while "ready" not in (tmp_path / "log").read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, (tmp_path / "log").read_text()
+        assert _survivors()                         # the detached child runs ...
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        for _ in range(100):                        # ... and dies with the sandbox
+            if not _survivors():
+                break
+            time.sleep(0.05)
+        assert _survivors() == []
+    finally:
+        del os.environ["SECRET"]
+        box.close()
+    assert (run / "ok").read_text() == "written" and outside.read_text() == "host"
+
+
+def test_first_passing_commit_by_binary_search_with_a_bounded_number_of_runs():
+    from course_tools.grade_history import Commit
+
+    commits = [Commit(f"{k:040x}", f"{k:07x}", f"c{k}") for k in range(1, 9)]
+    upgrade = nb10_homework.UPGRADES[1]
+    for first in range(len(commits)):
+        runner = grade_homework._Runner.__new__(grade_homework._Runner)
+        runner.memo, calls = {}, []
+
+        def at(u, commit, first=first, calls=calls):
+            calls.append(commit.sha)
+            return commits.index(commit) >= first
+
+        runner.at = at
+        assert runner.first_pass(upgrade, commits) == commits[first]
+        assert len(calls) <= 1 + 3                  # the newest, then log2(8) halvings
+    runner.at = lambda u, commit: False
+    assert runner.first_pass(upgrade, commits) is None
+
+
+@pytest.fixture(scope="module")
+def sandbox_ready():
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (Debian package 'bubblewrap', command bwrap)")
+    sandbox.check_available()
