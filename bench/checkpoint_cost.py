@@ -6,27 +6,30 @@ parameter (weights, EMA weights, AdamW's two moments). Every comparison runs in 
 process run, on the same disk, with the variants interleaved (their order rotates from repeat
 to repeat, so the noise of a shared machine hits all of them); the verdicts use medians.
 
-Targets (exit status 1 when one is missed):
-1. save: ``CheckpointManager.save`` (synchronous: streaming SHA-256, temp file, fsync, rename,
-   sidecar, pruning) <= 1.15x ``torch.save`` + ``fsync`` of the same state, every variant
-   writing a new file per save and keeping its newest 2 (see ``bench_save``). Durability is the
-   floor; ``torch.save`` without fsync is shown beside it;
-2. load: ``load_verified`` (SHA-256 in a parallel thread) <= 1.3x ``torch.load(weights_only=True)``,
-   each in a fresh process, as a resume loads it (the file is in the page cache: just written).
-   The same pair inside one process that has loaded it before is shown too, without a target:
-   there ``torch.load`` reuses memory the allocator already holds and runs at memory speed,
-   which SHA-256 (about 1.7 GB/s per core with SHA-NI) cannot match. The hash reads the file
-   through a read-only mapping of the page cache: no copy of it is made;
+Targets, as medians (exit status 1 when one is missed; every table shows median, min and max):
+1. save: ``CheckpointManager.save`` (synchronous: xxh3-128 of every byte on its way to the file,
+   temp file, fsync, rename, sidecar, pruning) <= 1.10x ``torch.save`` + ``fsync`` of the same
+   state, every variant writing a new file per save and keeping its newest 2 (see ``bench_save``).
+   Durability is the floor; ``torch.save`` without fsync is shown beside it;
+2. load: ``load_verified`` (the open file hashed through a read-only mapping, then loaded)
+   <= 1.10x ``torch.load(weights_only=True)``, each in a fresh process, as a resume loads it (the
+   file is in the page cache: just written). The same pair inside one process that has loaded
+   it before is shown too, without a target: there ``torch.load`` reuses memory the allocator
+   already holds and runs at memory speed;
 3. memory: the peak extra resident memory of a synchronous managed save <= 10% of the state
    (a fresh process per variant; Linux peak RSS reset through /proc/self/clear_refs);
-4. stall: with ``async_save=True`` the loop waits only for a copy of the state to host memory:
+4. stall: with ``AsyncCheckpointManager`` the loop waits only for a copy of the state to host memory:
    the stall per save <= 0.3x a plain ``torch.save`` of the same state. Measured inside a loop
    of real training steps that saves every ``--save-every`` steps (never at the last one), next
    to the same loop with synchronous saves and without saves (end-to-end steps/s, the final
    wait for the last background write included). The first asynchronous save also allocates the host buffers
    (later ones reuse them): it is the maximum of the stall column.
 
-    python bench/checkpoint_cost.py                  # 100 M parameters: ~8 minutes on 2 quiet cores
+Beside them, without a target: the speed of the two hashes a sidecar can name (xxh3-128, the
+one new sidecars use, and SHA-256, the one older sidecars hold) over the checkpoint file in
+the page cache (``durable.file_digest``), the source of the speed ratio ``durable`` quotes.
+
+    python bench/checkpoint_cost.py                  # 100 M parameters: ~10 minutes on 2 quiet cores
     python bench/checkpoint_cost.py --params 2e6 --repeats 2 --train-repeats 2 --steps 6 --save-every 2  # smoke
 """
 from __future__ import annotations
@@ -52,11 +55,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
 
 from course_utils.checkpoint import CheckpointManager, load_verified, training_state  # noqa: E402
+from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
+from course_utils.durable import file_digest  # noqa: E402
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.models import count_parameters  # noqa: E402
 from course_utils.schedule import make_scheduler  # noqa: E402
 
-TARGETS = {"save": 1.15, "load": 1.3, "memory": 0.10, "stall": 0.3}
+TARGETS = {"save": 1.10, "load": 1.10, "memory": 0.10, "stall": 0.3}
 
 
 class BigMLP(nn.Module):
@@ -200,7 +205,7 @@ def child(args: argparse.Namespace) -> int:
 
 
 def _async_save(state: dict, folder: Path) -> None:
-    manager = CheckpointManager(folder, async_save=True)
+    manager = AsyncCheckpointManager(folder)
     manager.save(state, 1)
     manager.wait()
 
@@ -240,14 +245,18 @@ def bench_load(state: dict, folder: Path, args: argparse.Namespace, log) -> dict
                   "load_verified": lambda: load_verified(path)}
     for name in in_process:  # once each: the allocator now holds the memory a load needs
         in_process[name]()
+    hashes: dict[str, list[float]] = {"xxh3_128": [], "sha256": []}
     for r in range(args.repeats):
         for name in rotate(list(fresh), r):
             fresh[name].append(in_child(args, f"load:{name}", path)["seconds"])
         for name in rotate(list(warm), r):
             warm[name].append(timed(in_process[name]))
+        for algorithm in rotate(list(hashes), r):
+            with open(path, "rb") as f:
+                hashes[algorithm].append(timed(lambda: file_digest(f, algorithm)))
         log(f"  load repeat {r + 1}/{args.repeats}: fresh process "
             + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in fresh.items()))
-    return {"fresh": fresh, "warm": warm}
+    return {"fresh": fresh, "warm": warm, "hash": hashes, "file_bytes": path.stat().st_size}
 
 
 def bench_memory(folder: Path, args: argparse.Namespace, log) -> dict[str, dict]:
@@ -268,7 +277,7 @@ def bench_training(trainer: Trainer, folder: Path, args: argparse.Namespace, log
     wait for the last background write at the very end happens once.
     """
     managers = {"sync saves": CheckpointManager(folder / "sync", keep_last=2),
-                "async saves": CheckpointManager(folder / "async", keep_last=2, async_save=True)}
+                "async saves": AsyncCheckpointManager(folder / "async", keep_last=2)}
     results: dict[str, dict[str, list[float]]] = {k: {"seconds": [], "stalls": []}
                                                   for k in ("no saves", "sync saves", "async saves")}
     for r in range(args.train_repeats):
@@ -318,6 +327,10 @@ def report(r: dict) -> tuple[str, dict[str, float]]:
     rows += [[f"{name}, same process again (no target)", cell(warm[name]),
               f"{median(warm[name]) / median(warm['torch.load']):.2f}x"] for name in warm]
     text += "\n\nload\n" + format_table(rows, ["seconds (median, min-max)", "time", "/ torch.load"])
+    rows = [[algorithm, cell(times), f"{load['file_bytes'] / median(times) / 1e9:.1f}"]
+            for algorithm, times in load["hash"].items()]
+    text += "\n\nhash of the file in the page cache (no target)\n" + format_table(
+        rows, ["hash", "seconds (median, min-max)", "GB/s"])
     rows = [[name, f"{m['extra_bytes'] / 2**20:.0f}", f"{100 * m['extra_bytes'] / size:.1f}%"]
             for name, m in memory.items()]
     text += "\n\npeak extra resident memory of one save (fresh process)\n" + format_table(
@@ -348,7 +361,7 @@ def report(r: dict) -> tuple[str, dict[str, float]]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--params", type=float, default=1e8, help="parameters of the MLP")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved repeats of each save and load")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved repeats of each save and load")
     p.add_argument("--train-repeats", type=int, default=3, help="interleaved repeats of each training run")
     p.add_argument("--steps", type=int, default=9, help="training steps per run of the stall measurement")
     p.add_argument("--save-every", type=int, default=3, help="steps between saves in those runs")

@@ -11,8 +11,9 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``amp``         autocast dtype choice, GradScaler only for fp16, dtype tables
 - ``clipping``    global-norm clipping that returns the pre-clip norm
 - ``ema``         exponential moving average of weights
-- ``durable``     the one atomic write: temp file beside, fsync, rename, folder fsync
+- ``durable``     the one atomic write (temp file beside, fsync, rename, folder fsync) and verified saves/loads
 - ``checkpoint``  checkpoints with the full training state, verified, rotating
+- ``checkpoint_async`` the same checkpoints written by a background thread (opt-in)
 - ``monitor``     per-step records: smoothed loss, samples/s, peak memory, alarms
 - ``sinks``       where the records go: JSONL (and its reader), TensorBoard, wandb, tqdm
 - ``alerts``      the loss/grad-norm spike detector and the bad-step rate

@@ -1,4 +1,5 @@
-"""File I/O of course_utils.checkpoint: streamed SHA-256 on save and load, old files, disk errors, async saves.
+"""File I/O of checkpoints: the in-line hash on save, the verified load, old sidecars, disk errors,
+moving files aside, asynchronous saves.
 
 Tiny states throughout; the costs at 100 M parameters are bench/checkpoint_cost.py's job.
 """
@@ -8,14 +9,18 @@ import errno
 import hashlib
 import io
 import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 import torch
+import xxhash
 
-from course_utils import checkpoint
+from course_utils import checkpoint, durable
 from course_utils.checkpoint import CheckpointManager, CorruptCheckpointError, load_verified, save_verified
+from course_utils.checkpoint_async import AsyncCheckpointManager
 
 
 def tiny_state(step: int = 1, seed: int = 0) -> dict:
@@ -49,60 +54,70 @@ def old_style_save(state: dict, path) -> None:
 
 
 # ---------------------------------------------------------------- save
-@pytest.mark.parametrize("parallel_min", [checkpoint._HashingWriter.PARALLEL_MIN, 1])
-def test_streamed_save_hashes_exactly_the_file(tmp_path, monkeypatch, parallel_min):
-    monkeypatch.setattr(checkpoint._HashingWriter, "PARALLEL_MIN", parallel_min)  # 1: every write in the helper
+def test_save_hashes_exactly_the_file_and_names_the_hash(tmp_path):
     path = tmp_path / "a.pt"
     digest = save_verified(tiny_state(), path)
-    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert (tmp_path / "a.pt.sha256").read_text() == f"{digest}  a.pt\n"  # the format of sha256sum
+    assert digest == "xxh3_128:" + xxhash.xxh3_128(path.read_bytes()).hexdigest()
+    assert (tmp_path / "a.pt.sha256").read_text() == f"{digest}  a.pt\n"
     loaded = torch.load(path, weights_only=True)  # plain torch reads it
     assert same(loaded, tiny_state())
     assert loaded["model"]["row"].untyped_storage().data_ptr() == loaded["model"]["weight"].untyped_storage().data_ptr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"], "no temp file left"
-    assert torch.serialization.get_crc32_options(), "torch's CRC-32 setting is restored"
+    assert torch.serialization.get_crc32_options(), "torch's own settings are left alone"
 
 
-def test_old_checkpoints_still_load(tmp_path):
-    old_style_save(tiny_state(3), tmp_path / "step_00000003.pt")
+def test_old_checkpoints_and_sidecars_still_load_and_still_catch_damage(tmp_path):
+    old_style_save(tiny_state(3), tmp_path / "step_00000003.pt")  # a bare SHA-256 hex digest in the sidecar
     assert same(load_verified(tmp_path / "step_00000003.pt"), tiny_state(3))
     found = CheckpointManager(tmp_path).load_latest()
     assert found.path.name == "step_00000003.pt" and found.state["step"] == 3
+    payload = bytearray((tmp_path / "step_00000003.pt").read_bytes())
+    payload[-2000] ^= 0x01  # the old SHA-256 really is checked, not only accepted
+    (tmp_path / "step_00000003.pt").write_bytes(bytes(payload))
+    with pytest.raises(CorruptCheckpointError, match="校验和不符"):
+        load_verified(tmp_path / "step_00000003.pt")
+
+
+def test_a_sidecar_naming_an_unknown_hash_is_refused(tmp_path):
+    path = tmp_path / "a.pt"
+    save_verified(tiny_state(), path)
+    (tmp_path / "a.pt.sha256").write_text(f"md5:{hashlib.md5(path.read_bytes()).hexdigest()}  a.pt\n")
+    with pytest.raises(CorruptCheckpointError, match="未知的校验算法"):
+        load_verified(path)
 
 
 def test_a_full_disk_mid_write_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
     path = tmp_path / "a.pt"
     save_verified(tiny_state(1), path)
-    real_write_all, written = checkpoint._write_all, []
+    real_write_all, written = durable.write_all, []
 
     def disk_fills_up(file, data):
         if sum(written) > 2000:
             raise OSError(errno.ENOSPC, "No space left on device")
         written.append(real_write_all(file, data))
         return written[-1]
-    monkeypatch.setattr(checkpoint, "_write_all", disk_fills_up)
+    monkeypatch.setattr(durable, "write_all", disk_fills_up)
     with pytest.raises(OSError) as raised:
         save_verified(tiny_state(2), path)
+    assert written, "the save did write before the disk filled up"
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path), \
         "the disk error itself, naming the checkpoint (torch.save alone reports 'unexpected pos')"
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"]
     assert load_verified(path)["step"] == 1
-    assert torch.serialization.get_crc32_options()
 
 
-def test_crc32_is_restored_only_after_the_last_overlapping_save():
-    outer, inner = checkpoint._without_crc32(), checkpoint._without_crc32()
-    with outer:
-        with inner:
-            assert not torch.serialization.get_crc32_options()
-        assert not torch.serialization.get_crc32_options(), "another save is still writing"
-    assert torch.serialization.get_crc32_options()
+def test_durable_imports_only_the_standard_library():
+    """runfolder (and so a script's start-up checks) uses durable before torch is imported."""
+    code = "import sys, course_utils.runfolder; print(sorted({'torch', 'xxhash'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 # ---------------------------------------------------------------- load
 @pytest.mark.parametrize("damage, message", [("bitflip", "校验和不符"), ("truncate", "校验和不符"),
-                                             ("no sidecar", "缺失"), ("garbage", "无法加载"), ("empty", "无法加载")])
+                                             ("no sidecar", "缺失"), ("empty sidecar", "缺失"),
+                                             ("garbage", "无法加载"), ("empty", "无法加载")])
 def test_load_verified_refuses_damage(tmp_path, damage, message):
     path = tmp_path / "a.pt"
     save_verified(tiny_state(), path)
@@ -116,33 +131,46 @@ def test_load_verified_refuses_damage(tmp_path, damage, message):
         path.write_bytes(bytes(payload[:len(payload) // 2]))
     elif damage == "no sidecar":
         sidecar.unlink()
+    elif damage == "empty sidecar":
+        sidecar.write_text("")
     else:  # a file whose checksum matches but that is no checkpoint
         content = b"" if damage == "empty" else b"not a checkpoint"
         path.write_bytes(content)
-        sidecar.write_text(f"{hashlib.sha256(content).hexdigest()}  a.pt\n")
+        sidecar.write_text(f"xxh3_128:{xxhash.xxh3_128(content).hexdigest()}  a.pt\n")
     with pytest.raises(CorruptCheckpointError, match=message):
         load_verified(path)
 
 
-def test_load_hashes_the_open_file_while_torch_loads_it(tmp_path, monkeypatch):
-    path = tmp_path / "a.pt"
-    save_verified(tiny_state(), path)
-    loading, seen = threading.Event(), {}
-    real_load, real_mmap = torch.load, checkpoint.mmap.mmap
+def test_what_is_loaded_is_what_was_verified(tmp_path, monkeypatch):
+    """The file replaced between the hash and the load (another process publishing): the verified bytes are loaded."""
+    path, other = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_verified(tiny_state(1), path)
+    save_verified(tiny_state(9), other)
+    real_load, replaced = torch.load, []
 
-    def watched_load(f, *args, **kwargs):
-        with open(path, "rb") as other:
-            seen["same file"] = os.path.sameopenfile(f.fileno(), other.fileno())
-        loading.set()
+    def load_after_a_replace(f, *args, **kwargs):
+        os.replace(other, path)
+        os.replace(tmp_path / "b.pt.sha256", tmp_path / "a.pt.sha256")
+        replaced.append(True)
         return real_load(f, *args, **kwargs)
+    monkeypatch.setattr(torch, "load", load_after_a_replace)
+    assert load_verified(path)["step"] == 1 and replaced
+    monkeypatch.undo()
+    assert load_verified(path)["step"] == 9
 
-    def hash_waits_for_the_load(*args, **kwargs):  # deadlocks (False after 10 s) unless both run at once
-        seen["in parallel"] = loading.wait(10)
-        return real_mmap(*args, **kwargs)
-    monkeypatch.setattr(checkpoint.torch, "load", watched_load)
-    monkeypatch.setattr(checkpoint.mmap, "mmap", hash_waits_for_the_load)
-    assert load_verified(path)["step"] == 1
-    assert seen == {"same file": True, "in parallel": True}
+
+# ---------------------------------------------------------------- moving files aside
+def test_set_aside_renames_and_never_rewrites(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    for step in (2, 4, 6):
+        manager.save(tiny_state(step), step)
+    newest = tmp_path / "step_00000006.pt"
+    inode, mtime = newest.stat().st_ino, newest.stat().st_mtime_ns
+    resumed = CheckpointManager(tmp_path, keep_last=3)
+    moved = resumed.set_aside(4)
+    assert moved == [tmp_path / "superseded" / "step_00000006.pt"]
+    assert (moved[0].stat().st_ino, moved[0].stat().st_mtime_ns) == (inode, mtime), "a rename: the same file"
+    assert load_verified(moved[0])["step"] == 6, "its sidecar moved with it"
 
 
 # ---------------------------------------------------------------- asynchronous saves
@@ -168,7 +196,7 @@ def wait_until(condition, timeout: float = 30) -> None:
 
 def test_async_save_returns_first_and_writes_the_state_as_it_was(tmp_path, gated):
     gate, started = gated
-    manager = CheckpointManager(tmp_path, async_save=True, keep_last_good=True)
+    manager = AsyncCheckpointManager(tmp_path, keep_last_good=True)
     state = tiny_state(5)
     before = {k: v.clone() for k, v in state["model"].items()}
     path = manager.save(state, 5, metric=0.5)
@@ -186,12 +214,22 @@ def test_async_save_returns_first_and_writes_the_state_as_it_was(tmp_path, gated
 
 def test_at_most_one_save_in_flight_and_reads_wait_for_it(tmp_path, gated):
     gate, started = gated
-    manager = CheckpointManager(tmp_path, async_save=True)
+    manager = AsyncCheckpointManager(tmp_path)
     manager.save(tiny_state(1), 1)
+    wait_until(lambda: started)  # the first save is being written (held at the gate)
+    waiting, real_wait = threading.Event(), manager.wait
+
+    def wait() -> None:  # save() begins with wait(): this marks that the second save got there
+        waiting.set()
+        real_wait()
+    manager.wait = wait
     second = threading.Thread(target=manager.save, args=(tiny_state(2), 2))
     second.start()
-    time.sleep(0.2)
-    assert started == ["step_00000001.pt"] and second.is_alive(), "the second save waits for the first"
+    assert waiting.wait(30), "the second save never started"
+    second.join(0.05)  # it cannot pass the first save's writer, which the closed gate holds
+    assert started == ["step_00000001.pt"] and second.is_alive() and manager.saving, \
+        "the second save waits for the first"
+    del manager.wait
     gate.set()
     second.join(30)
     assert manager.load_latest().state["step"] == 2, "load_latest waits for the save in flight"
@@ -202,7 +240,7 @@ def test_a_background_error_is_raised_in_the_loop_once(tmp_path, monkeypatch):
     def disk_full(state, path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     monkeypatch.setattr(checkpoint, "save_verified", disk_full)
-    manager = CheckpointManager(tmp_path, async_save=True)
+    manager = AsyncCheckpointManager(tmp_path)
     manager.save(tiny_state(1), 1)
     wait_until(lambda: not manager.saving)
     with pytest.raises(OSError, match="No space") as raised:
@@ -219,7 +257,7 @@ def test_a_background_error_is_raised_in_the_loop_once(tmp_path, monkeypatch):
 
 def test_async_and_sync_saves_write_the_same_files(tmp_path):
     sync = CheckpointManager(tmp_path / "sync", keep_last=2, keep_last_good=True)
-    background = CheckpointManager(tmp_path / "async", keep_last=2, keep_last_good=True, async_save=True)
+    background = AsyncCheckpointManager(tmp_path / "async", keep_last=2, keep_last_good=True)
     for step, metric, healthy in [(1, 0.2, True), (2, 0.5, True), (3, 0.4, False), (4, 0.3, False)]:
         for manager in (sync, background):
             manager.save(tiny_state(step, seed=step), step, metric, healthy=healthy)
@@ -233,23 +271,23 @@ def test_async_and_sync_saves_write_the_same_files(tmp_path):
 
 
 def test_staging_buffers_are_reused_and_keep_shared_storage_shared(tmp_path):
-    manager = CheckpointManager(tmp_path, async_save=True)
+    manager = AsyncCheckpointManager(tmp_path)
     state = tiny_state()
-    first = manager._stage(state)
+    first = manager.stage(state)
     assert same(first, state) and first["model"]["weight"].data_ptr() != state["model"]["weight"].data_ptr()
     assert first["model"]["row"].untyped_storage().data_ptr() == first["model"]["weight"].untyped_storage().data_ptr()
-    second = manager._stage(state)
+    second = manager.stage(state)
     assert second["model"]["weight"].data_ptr() == first["model"]["weight"].data_ptr(), "no new allocation"
     state["model"]["weight"] = torch.randn(50, 30)  # another size: a new buffer for it
-    third = manager._stage(state)
+    third = manager.stage(state)
     assert same(third, state) and third["model"]["weight"].data_ptr() != first["model"]["weight"].data_ptr()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_tensors_are_staged_in_pinned_host_memory(tmp_path):
-    manager = CheckpointManager(tmp_path, async_save=True)
+    manager = AsyncCheckpointManager(tmp_path)
     state = {"w": torch.randn(1000, device="cuda"), "step": 1}
-    staged = manager._stage(state)
+    staged = manager.stage(state)
     assert staged["w"].device.type == "cpu" and staged["w"].is_pinned()
     assert torch.equal(staged["w"], state["w"].cpu())
     manager.save(state, 1)

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import xxhash
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
@@ -201,8 +202,8 @@ def test_checkpoint_weights_only_roundtrip(tmp_path):
     path = mgr.save(_state(3), 3)
     loaded = torch.load(path, weights_only=True)  # plain torch can read it, no pickled objects
     assert loaded["step"] == 3 and set(loaded) >= {"model", "optimizer", "scheduler", "ema", "rng", "config"}
-    assert (tmp_path / "step_00000003.pt.sha256").read_text().split()[0] == checkpoint.hashlib.sha256(
-        path.read_bytes()).hexdigest()
+    assert (tmp_path / "step_00000003.pt.sha256").read_text() == \
+        f"xxh3_128:{xxhash.xxh3_128(path.read_bytes()).hexdigest()}  step_00000003.pt\n"
 
 
 def test_retention_keeps_last_two_plus_best_and_protected(tmp_path):

@@ -164,6 +164,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
 from course_utils.checkpoint import (CheckpointManager, CorruptCheckpointError, LoadedCheckpoint,  # noqa: E402
                                      load_verified, restore_training_state, training_state)
+from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
                                take_fraction)
@@ -446,9 +447,9 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, w
     ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 and main else None
     manager = None
     if main:
-        manager = CheckpointManager(args.out / "checkpoints", keep_last=args.keep_last,
-                                    every_steps=args.ckpt_every_steps, every_seconds=args.ckpt_every_seconds,
-                                    keep_last_good=True, async_save=args.async_ckpt)
+        manager = (AsyncCheckpointManager if args.async_ckpt else CheckpointManager)(
+            args.out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
+            every_seconds=args.ckpt_every_seconds, keep_last_good=True)
         leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
