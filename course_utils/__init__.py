@@ -17,6 +17,7 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``monitor``     per-step records: smoothed loss, samples/s, peak memory, alarms
 - ``sinks``       where the records go: JSONL (and its reader), TensorBoard, wandb, tqdm
 - ``alerts``      the loss/grad-norm spike detector and the bad-step rate
+- ``rollback``    the skip set of a rollback: which global batches, on the record, in the checkpoint
 - ``debug``       single-batch overfitting, sample grids, sanity report
 - ``estimate``    throughput measurement and training-time/cost estimates
 - ``schedule``    warm-up + cosine lr schedule, stepped per optimizer step
