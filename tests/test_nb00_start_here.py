@@ -44,10 +44,46 @@ def test_no_exercises_and_learner_copy_is_current():
     assert learner.read_text(encoding="utf-8") == render(SOLVED), "notebooks/ 已过期: 运行 python -m course_tools.release"
 
 
-def test_chapter_map_lists_01_to_10():
+def test_chapter_map_lists_01_to_11():
     prose = _text("markdown")
     rows = re.findall(r"^\| (\d\d) \|", prose, flags=re.M)
-    assert rows == [f"{i:02d}" for i in range(1, 11)]
+    assert rows == [f"{i:02d}" for i in range(1, 12)]
+    assert rows == sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb") if p.name[:2] != "00")
+
+
+def _standard() -> str:
+    nb = nbformat.read(SOLVED, as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## 学完标准"))
+
+
+def test_states_the_standard_of_completion_and_maps_each_part():
+    text = _standard()
+    rows = {cells[0]: cells for cells in (
+        [x.strip() for x in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("| "))}
+    # the four parts of the learner's script, each with the notebook that teaches it and the upgrade that checks it
+    for part, notebook in (("断点续训", "04"), ("梯度裁剪", "02"), ("EMA", "03"), ("完整日志", "06")):
+        assert part in rows and notebook in rows[part][2] and "升级" in rows[part][3], (part, rows.get(part))
+    assert "标准排查顺序" in text and "course_utils.debug.TROUBLESHOOTING" in text
+    for where in ("07 §2", "09 第 6 题", "10", "debug_overfit.py"):
+        assert where in text, where
+
+
+def test_the_standard_is_in_own_words():
+    # the seed's sentence is not pasted
+    seed = "你的训练脚本具备断点续训、梯度裁剪、EMA、完整日志四件套,并且知道"
+    prose = _text("markdown")
+    assert seed not in prose and "四件套" not in prose
+
+
+def test_says_run_all_stops_at_every_unfinished_check():
+    prose = _text("markdown")
+    assert "Run All 会停在每一个没完成" in prose and "Run Selected Cell and All Below" in prose
+
+
+def test_install_chooses_the_torch_build_first():
+    commands = _bash_commands(_text("markdown"))
+    cpu = "pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cpu"
+    assert commands.index(cpu) < commands.index("pip install -r requirements.txt")
 
 
 def test_explains_fast_mode_and_real_data():

@@ -35,12 +35,16 @@ def solved():
 
 
 CHECKS = [("self_test_answers", checks.check_self_test_answers),
-          ("estimate_hours", checks.check_estimate_hours),
           ("ema_start_weight", checks.check_ema_start_weight)]
 
 
-def test_three_exercises(pairs):
+def test_two_exercises(pairs):
+    # the time-estimate exercise lives in 08 §6 only (it was repeated here)
     assert len(pairs) == len(CHECKS)
+
+
+def test_at_most_45_cells(solved):
+    assert len(solved.cells) <= 45
 
 
 @pytest.mark.parametrize("k", range(len(CHECKS)))
@@ -72,7 +76,9 @@ WRONG_ANSWERS = [
     ("q4", "ABCD"),    # "it also scales activations"
     ("q5", "AB"),      # forgot the RNG and data order
     ("q5", "ABCD"),    # "the weights are lost"
-    ("q6", "A"),       # "the model is too small"
+    ("q6", "A"),       # learnt "tune the learning rate first"
+    ("q6", "C"),       # learnt the overfit order without NaN first (07's and the seed's old order)
+    ("q6", "D"),       # learnt the gradient chain straight after the loss (10's old order)
     ("q7", "ABE"),     # too many
     ("q7", "A"),       # only the cut chain
     ("q8", "A"),       # "buy a bigger GPU"
@@ -192,24 +198,6 @@ def test_check_messages_contain_no_graded_answer(pairs):
 
 # --- the other two exercises ----------------------------------------------------------------------------------
 
-WRONG_ESTIMATE = {
-    # samples/s used as if it were steps/s
-    "ignores the unit": (lambda n, e, b, r, u: n * e / (b * r * 3600), "samples/s 当成了 steps/s"),
-    # divides by the batch size for steps/s too
-    "always divides by batch": (lambda n, e, b, r, u: n * e / (b * (r / b) * 3600), "steps/s 当成了 samples/s"),
-    # the constant from the chapter
-    "constant": (lambda *a: 4.2, None),
-    # minutes or seconds instead of hours
-    "minutes": (lambda n, e, b, r, u: n * e / (b * (r if u == "steps/s" else r / b) * 60), "分钟"),
-    "seconds": (lambda n, e, b, r, u: n * e / (b * (r if u == "steps/s" else r / b)), "秒"),
-    # the unit compared with a different spelling ("samples/sec"), so every rate counts as steps/s
-    "unit misspelt": (lambda n, e, b, r, u: n * e / (b * (r / b if u == "samples/sec" else r) * 3600), "samples/s"),
-    # formatted for printing
-    "string": (lambda n, e, b, r, u: f"{n * e / (b * (r if u == 'steps/s' else r / b) * 3600):.2f} h", "返回一个数"),
-    # forgot the return
-    "none": (lambda *a: None, "返回一个数"),
-}
-
 WRONG_EMA = {
     # 1 - steps * (1 - decay): the linear approximation
     "linear approximation": (lambda d, n: max(0.0, 1 - n * (1 - d)), "线性近似"),
@@ -225,13 +213,26 @@ WRONG_EMA = {
 }
 
 
-@pytest.mark.parametrize("name", list(WRONG_ESTIMATE))
-def test_estimate_check_rejects_typical_mistakes(name):
-    fn, fragment = WRONG_ESTIMATE[name]
+@pytest.mark.parametrize("rel", [2e-6, -3e-6, 1e-4, 0.01])
+def test_ema_near_miss_prints_the_digits_that_differ(rel):
+    """A failure whose expected and found values print the same is a defect (issue 20, item 7)."""
     with pytest.raises(CheckFailed) as info:
-        checks.check_estimate_hours(fn)
-    if fragment:
-        assert fragment in str(info.value), str(info.value)
+        checks.check_ema_start_weight(lambda d, n: d ** n * (1 + rel))
+    shown_want = info.value.expected.split("= ")[1].split("(")[0]
+    assert shown_want != info.value.found, str(info.value)
+    assert "1e-6" in info.value.expected
+
+
+def test_ema_within_the_stated_tolerance_passes(capsys):
+    checks.check_ema_start_weight(lambda d, n: d ** n * (1 + 0.5 * checks.EMA_REL_TOL))
+    assert "✅" in capsys.readouterr().out
+
+
+def test_ema_exercise_text_states_the_tolerance_and_the_cases(solved):
+    text = next(c.source for c in solved.cells if c.cell_type == "markdown" and "ema_start_weight" in c.source
+                and "## 练习 2" in c.source)
+    assert f"{checks.EMA_REL_TOL:.0e}".replace("e-06", "e-6") in text
+    assert "(0.999, 0)" in text and "(0.999, 3000)" in text and "6 组" in text
 
 
 @pytest.mark.parametrize("name", list(WRONG_EMA))
@@ -245,14 +246,9 @@ def test_ema_check_rejects_typical_mistakes(name):
 
 @pytest.mark.slow
 def test_verdicts_do_not_depend_on_the_seed(pairs):
-    estimate = run_source(pairs[1][0])["estimate_hours"]
-    ema = run_source(pairs[2][0])["ema_start_weight"]
+    ema = run_source(pairs[1][0])["ema_start_weight"]
     for seed in range(1, 51):
-        checks.check_estimate_hours(estimate, seed=seed)
         checks.check_ema_start_weight(ema, seed=seed)
-        for fn, _ in WRONG_ESTIMATE.values():
-            with pytest.raises(CheckFailed):
-                checks.check_estimate_hours(fn, seed=seed)
         for fn, _ in WRONG_EMA.values():
             with pytest.raises(CheckFailed):
                 checks.check_ema_start_weight(fn, seed=seed)
@@ -274,7 +270,7 @@ def test_questions_come_before_the_graded_answers_and_experiments_after(solved):
         if "exercise" in cell.metadata.get("tags", []):
             continue
         calls = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-        assert all(re.fullmatch(r'QUIZ\.show\("q\d+"\)', ln) for ln in calls), cell.source
+        assert all(re.fullmatch(r'QUIZ\.show\(\[("q\d+"(, )?)+\]\)', ln) for ln in calls), cell.source
         shown += re.findall(r'"(q\d+)"', cell.source)
     assert shown == [q.id for q in checks.QUIZ.questions]
     for cell in solved.cells[:answers_check]:
@@ -295,14 +291,50 @@ def test_reopening_and_run_all_are_explained(solved):
     intro = solved.cells[0].source
     assert "model not found" in intro and "重新运行" in intro
     assert "Run All" in intro and "Run Selected Cell and All Below" in intro
+    assert "停在每一个没完成的检查格子" in intro
+
+
+def test_the_intro_announces_every_scored_part(solved):
+    intro = solved.cells[0].source
+    headings = re.findall(r"^## (练习 \d+)", "\n".join(c.source for c in solved.cells if c.cell_type == "markdown"),
+                          re.M)
+    assert headings == ["练习 1", "练习 2"]
+    for heading in headings:
+        assert f"**{heading}**" in intro, heading
+    checked = [c for c in solved.cells if "check" in c.metadata.get("tags", [])]
+    assert len(checked) == len(headings)
+
+
+def test_experiments_are_one_short_cell_each(solved):
+    """Each experiment: a markdown heading and at most one code cell of at most 30 lines."""
+    heads = [i for i, c in enumerate(solved.cells) if c.cell_type == "markdown" and c.source.startswith("### 实验")]
+    assert len(heads) == 11
+    for i in heads:
+        following = []
+        for c in solved.cells[i + 1:]:
+            if c.cell_type == "markdown":
+                break
+            following.append(c)
+        assert len(following) <= 1, solved.cells[i].source[:40]
+        assert all(len(c.source.splitlines()) <= 30 for c in following), solved.cells[i].source[:40]
+
+
+def test_the_worker_speed_up_is_not_blamed_on_the_cores(solved):
+    """The slow-disk delay is time.sleep latency: k workers give about k x whatever the core count."""
+    text = "\n".join(c.source for c in solved.cells)
+    assert "取决于 CPU 核数和机器上的其他进程" not in text
+    q8 = next(c.source for c in solved.cells if c.source.startswith("### 实验 8"))
+    assert "time.sleep" in q8 and "与 CPU 核数无关" in q8 and "06 §3" in q8
+    assert not any("SlowDisk" in c.source for c in solved.cells if c.cell_type == "code")
 
 
 def test_question_cells_print_the_question_text(solved):
     # the text stays in the saved notebook, so a reopened notebook still shows every question
     for q in checks.QUIZ.questions:
-        cell = next(c for c in solved.cells if c.cell_type == "code" and c.source.strip() == f'QUIZ.show("{q.id}")')
+        cell = next(c for c in solved.cells if c.cell_type == "code" and c.source.startswith("QUIZ.show(")
+                    and f'"{q.id}"' in c.source)
         printed = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
-        assert printed.startswith(f"[{q.id}] {q.prompt}"), printed[:120]
+        assert f"[{q.id}] {q.prompt}" in printed, printed[:120]
 
 
 def test_ema_warmup_decays_shown_are_the_ones_used(solved):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from course_utils.debug import (TROUBLESHOOTING, TroubleStep, troubleshooting_chain, troubleshooting_markdown,
                                 troubleshooting_text)
 
@@ -61,3 +63,81 @@ def test_debug_overfit_failure_prints_the_order(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and "单 batch 过拟合失败" in err
     assert troubleshooting_text() in err
+
+
+# --- every rendering comes from the one source -----------------------------------------------------------------
+
+def _notebook(name: str):
+    import nbformat
+    return nbformat.read(ROOT / "solutions" / name, as_version=4)
+
+
+def _markdown_outputs(cell) -> list[str]:
+    return [o["data"]["text/markdown"] for o in cell.get("outputs", []) if "text/markdown" in o.get("data", {})]
+
+
+@pytest.mark.parametrize("name", ["07_single_batch_overfit.ipynb", "09_self_test.ipynb", "10_homework.ipynb"])
+def test_notebooks_render_the_order_from_course_utils(name):
+    """07 §2, 09's experiment 6 and 10's closing section display troubleshooting_markdown() itself."""
+    nb = _notebook(name)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "troubleshooting_markdown()" in c.source]
+    assert len(cells) == 1, f"{name}: {len(cells)} cells render the order"
+    shown = _markdown_outputs(cells[0])
+    if name == "10_homework.ipynb" and not cells[0].outputs:
+        return   # 10 is a slow notebook: its stored outputs may be absent, the nbval run executes the cell
+    assert shown == [troubleshooting_markdown()], f"{name}'s stored output is stale: re-run release"
+
+
+def test_09_asks_the_order_and_answers_it_from_course_utils():
+    from course_tools.checks.nb09_quiz import ORDER_CHOICES, QUIZ
+    from course_tools.quiz import check
+
+    q6 = QUIZ.by_id["q6"]
+    assert q6.choices == ORDER_CHOICES and q6.choices[q6.answer] == troubleshooting_chain()
+    assert troubleshooting_text() in q6.explanation
+    wrong = [letter for letter in q6.choices if letter != q6.answer]
+    assert len(set(q6.choices.values())) == 4 and not any(check(q6, w).correct for w in wrong)
+
+
+# a chain of short segments joined by arrows: "标签 → loss → 梯度链"
+_CHAIN = re.compile(r"(?:[^→;;。,,、:::()()\n]{1,14}→\s*){2,}[^→;;。,,、:::()()\n]{1,14}")
+_TOPICS = ("标签", "loss", "梯度链", "学习率", "数据对齐", "精度", "数据加载", "detach")
+_OLD = ("标签 → loss → 数据对齐 → 梯度链", "标签对齐 → loss 写法", "依次检查标签与输入是否对齐",
+        "标签与输入是否对齐 → loss 的写法")
+
+
+def _learner_texts() -> dict[str, str]:
+    import ast
+
+    import nbformat
+
+    texts = {}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for k, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            texts[f"{path.name} cell {k}"] = cell.source
+    for folder in ("course_tools", "course_utils", "solutions/homework"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            texts[str(path.relative_to(ROOT))] = "\n".join(
+                n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    for name in ("README.md", "GLOSSARY.md"):
+        texts[name] = (ROOT / name).read_text(encoding="utf-8")
+    return texts
+
+
+def test_no_second_troubleshooting_order_anywhere():
+    """Any arrow chain naming three or more debugging topics is (part of) the one order,
+    or one of question 6's deliberately wrong orders."""
+    from course_tools.checks.nb09_quiz import ORDER_CHOICES
+
+    allowed = set(ORDER_CHOICES.values())
+    canonical = troubleshooting_chain()
+    found = []
+    for where, text in _learner_texts().items():
+        found += [(where, old) for old in _OLD if old in text]
+        for match in _CHAIN.finditer(text):
+            chain = " → ".join(p.strip().strip("*`") for p in match.group(0).split("→"))
+            if sum(any(t in p for t in _TOPICS) for p in chain.split(" → ")) >= 3 \
+                    and chain not in allowed and chain not in canonical:
+                found.append((where, chain))
+    assert not found, found

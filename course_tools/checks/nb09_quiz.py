@@ -1,11 +1,13 @@
 """Checks and the question bank for 09_self_test.ipynb.
 
-``QUIZ`` holds the chapter's self-test (the notebook prints each question and puts an
-answer bar under it). The graded part goes through plain code cells:
+``QUIZ`` holds the chapter's self-test (the notebook prints the questions and puts an
+answer bar under each). The graded part goes through plain code cells:
 ``check_self_test_answers`` grades the learner's answer dict (the instructor grader runs it
-outside the kernel, on the dict literal the function returns), the other two checks test
-small functions on inputs drawn from a fixed seed, and name the likely mistake when the
-ratio to the right answer gives it away.
+outside the kernel, on the dict literal the function returns) and ``check_ema_start_weight``
+tests one small function on inputs drawn from a fixed seed, naming the likely mistake when
+the value gives it away. Question 6 asks the one troubleshooting order: its choices are
+built from ``course_utils.debug.TROUBLESHOOTING`` (the right one and three reorderings a
+learner of another order would pick), so they cannot drift from it.
 """
 from __future__ import annotations
 
@@ -15,10 +17,35 @@ import random
 
 from course_tools.checks import call_learner, expect, passed
 from course_tools.quiz import Question, Quiz, check
+from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain, troubleshooting_text
 from course_utils.estimate import training_hours
 
-__all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "check_self_test_answers", "check_estimate_hours",
+__all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "ORDER_CHOICES", "EMA_REL_TOL", "check_self_test_answers",
            "check_ema_start_weight"]
+
+
+def _moved(order: list[str], item: str, to: int) -> str:
+    """``order`` with ``item`` moved to position ``to`` (-1: the end), as an arrow chain."""
+    rest = [s for s in order if s != item]
+    rest.insert(len(rest) if to == -1 else to, item)
+    return " → ".join(rest)
+
+
+def _swapped(order: list[str], a: str, b: str) -> str:
+    out = [b if s == a else a if s == b else s for s in order]
+    return " → ".join(out)
+
+
+_SUSPECTS = [step.suspect for step in TROUBLESHOOTING]
+# B is the one order; the others are what a learner of a different order picks
+ORDER_CHOICES = {
+    "A": _moved(_SUSPECTS, "学习率与饱和", 0),          # tune first, debug later
+    "B": troubleshooting_chain(),
+    "C": _moved(_SUSPECTS, "精度与学习率", -1),         # NaN last: the overfit order without its first step
+    "D": _swapped(_SUSPECTS, "数据对齐", "梯度链"),      # the gradient chain straight after the loss
+}
+if len(set(ORDER_CHOICES.values())) != 4:
+    raise ValueError("question 6 needs four different orders")
 
 
 QUESTIONS = [
@@ -61,15 +88,13 @@ QUESTIONS = [
         "E": "没有任何影响,权重在就行",
     }, answer="ABC", explanation="权重本身没丢,丢的是“训练进度”: 优化器状态、调度器进度、epoch/step、随机数状态。",
        experiment="实验 5: 不中断 / 完整续训 / 只存权重 三条曲线"),
-    Question("q6", "单 batch 过拟合,loss 降不到接近 0,说明什么?", choices={
-        "A": "模型容量不够,换更大的模型",
-        "B": "代码有 bug: 按 标签 → loss → 数据对齐 → 梯度链 的顺序排查",
-        "C": "学习率太大,调小即可",
-        "D": "数据太少,需要更多数据",
-    }, answer="B", explanation="一个 batch 几十个样本,去掉正则和增强后,正常大小的模型都能背下来;背不下来说明喂进去的东西"
-       "(比如每一步都在变的标签)或反传的路径不对。反过来不成立: 固定不变的标签错位(错开一位、类别编号映射错)"
-       "照样能背到 loss≈0,要靠看样本和标签可信的留出数据上的准确率来发现(07 第 3 节)。",
-       experiment="实验 6: 正确标签 / 固定错位 / 每一步重新打乱"),
+    Question("q6", "训练出问题时,本章的标准排查顺序(从上往下查,停在第一条对得上的症状)是哪一个?",
+             choices=ORDER_CHOICES, answer="B",
+             explanation="NaN/inf 最先查:之后的 loss 和 grad norm 都没有意义;标签和 loss 写法不用训练就能查,"
+             "而固定的标签映射错误只有看样本才能发现;数据对齐、梯度链、学习率读同一次单 batch 过拟合的曲线,"
+             "先修代码再调参;吞吐最后:慢不等于错。全文(course_utils.debug.TROUBLESHOOTING):\n"
+             + troubleshooting_text(),
+             experiment="实验 6: 常见 bug 图鉴的曲线各对应排查顺序的哪一步"),
     Question("q7", "grad norm 趋近 0 而且 loss 不降,可能是哪两种情况?(多选)", kind="multi", choices={
         "A": "梯度链断了(误用 detach / no_grad / 张量转 numpy 再转回)",
         "B": "输出饱和(sigmoid/tanh 在饱和区,导数几乎为 0)",
@@ -128,44 +153,16 @@ def check_self_test_answers(answers_fn) -> None:
     passed(f"自测题 {len(GRADED_IDS)} 题全对")
 
 
-def _reference_hours(num_samples: int, epochs: float, batch_size: int, rate: float, unit: str) -> float:
-    return training_hours(num_samples, epochs, batch_size, rate if unit == "steps/s" else rate / batch_size)
+EMA_REL_TOL = 1e-6   # the tolerance 09's exercise text states
 
 
-def _near(ratio: float, target: float) -> bool:
-    return target > 0 and ratio > 0 and abs(math.log(ratio / target)) < 0.02
-
-
-def _hours_hint(ratio: float, batch: int, unit: str) -> str:
-    if unit == "samples/s" and _near(ratio, 1 / batch):
-        return "小了 batch 倍: 把 samples/s 当成了 steps/s;先除以 batch_size 换算成 steps/s"
-    if unit == "steps/s" and _near(ratio, batch):
-        return "大了 batch 倍: 把 steps/s 当成了 samples/s;只有 unit 是 samples/s 时才除以 batch_size"
-    if _near(ratio, 3600):
-        return "大了 3600 倍: 结果是秒,要换算成小时"
-    if _near(ratio, 60):
-        return "大了 60 倍: 结果是分钟,要换算成小时"
-    return "先把 rate 换算成 steps/s,再算总步数 ÷ steps/s ÷ 3600"
-
-
-def check_estimate_hours(estimate_hours, seed: int = 20240904) -> None:
-    """``estimate_hours(num_samples, epochs, batch_size, rate, unit)`` in hours, unit 'steps/s' or 'samples/s'.
-
-    ``seed`` fixes the four cases (two in each unit).
-    """
-    rng = random.Random(seed)
-    for unit in ("steps/s", "samples/s", "samples/s", "steps/s"):
-        n, epochs, batch = rng.randint(2_000, 80_000), rng.choice([1, 2, 3, 5]), rng.choice([4, 16, 32, 128])
-        rate = round(rng.uniform(0.2, 40.0), 2)
-        want = _reference_hours(n, epochs, batch, rate, unit)
-        got = call_learner(estimate_hours, n, epochs, batch, rate, unit)
-        number = isinstance(got, numbers.Real) and not isinstance(got, bool)
-        expect(number, f"estimate_hours(..., {unit!r}) 返回一个数(小时)", f"{type(got).__name__} {got!r}"[:80],
-               "返回计算结果本身,不要返回字符串、元组或 None")
-        ok = math.isfinite(float(got)) and math.isclose(float(got), want, rel_tol=1e-6)
-        hint = "" if ok or not float(got) > 0 else _hours_hint(float(got) / want, batch, unit)
-        expect(ok, f"estimate_hours({n}, {epochs}, {batch}, {rate}, {unit!r}) ≈ {want:.4g} 小时", f"{float(got):.4g}", hint)
-    passed("训练时长估算正确,两种吞吐单位都对")
+def _apart(want: float, got: float) -> tuple[str, str]:
+    """Both numbers with just enough significant digits that they print differently."""
+    for digits in range(4, 18):
+        shown = f"{want:.{digits}g}", f"{got:.{digits}g}"
+        if shown[0] != shown[1]:
+            return shown
+    return repr(want), repr(got)
 
 
 def _ema_hint(got: float, decay: float, steps: int) -> str:
@@ -191,7 +188,9 @@ def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
         got = call_learner(ema_start_weight, decay, steps)
         number = isinstance(got, numbers.Real) and not isinstance(got, bool)
         expect(number, f"ema_start_weight({decay}, {steps}) 返回一个数", f"{type(got).__name__} {got!r}"[:80])
-        ok = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
-        expect(ok, f"ema_start_weight({decay}, {steps}) ≈ {want:.4g}", f"{float(got):.4g}",
-               "" if ok else _ema_hint(float(got), decay, steps))
+        ok = math.isclose(float(got), want, rel_tol=EMA_REL_TOL, abs_tol=1e-12)
+        if not ok:
+            shown_want, shown_got = _apart(want, float(got))
+            expect(ok, f"ema_start_weight({decay}, {steps}) = {shown_want}(相对误差 ≤ 1e-6)", shown_got,
+                   _ema_hint(float(got), decay, steps))
     passed("EMA 里初始权重的占比算对了")
