@@ -2,9 +2,16 @@
 
 Runs are tiny: TinyCNN of width 8 on 10% of the COURSE_FAST data, batch 32 -> 15 steps per
 epoch. Independent runs start side by side (``run_all``); the machine has 2 cores.
+
+One uninterrupted run per configuration and test session, shared by every test file and xdist
+worker: ``reference`` (``REFERENCE``, 2 epochs) and ``reference_3_epochs`` (``REFERENCE_3_EPOCHS``).
+Killed, stopped or restarted runs of the same trajectory compare their losses with it: flags that
+are free fields of the run's identity (``--workers``, ``--log-every``, ``--ckpt-every-steps``,
+``--async-ckpt``) do not change the losses.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -27,6 +34,9 @@ SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
 STEPS_PER_EPOCH = 15  # 500 training images (COURSE_FAST, --data-fraction 0.1) // batch 32
 TINY = ["--model", "tiny", "--width", "8", "--data-fraction", "0.1", "--batch-size", "32", "--warmup-steps", "5",
         "--lr", "3e-3", "--no-progress"]
+REFERENCE = [*TINY, "--epochs", "2", "--ckpt-every-steps", "4", "--log-every", "3"]
+REFERENCE_STEPS = 2 * STEPS_PER_EPOCH  # checkpoints at 4, 8, ..., 28, the epoch ends (15: eval + best) and 30
+REFERENCE_3_EPOCHS = [*TINY, "--epochs", "3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2"]
 
 
 def command(out: Path, *args: str) -> list[str]:
@@ -104,6 +114,33 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
     ``run.lock`` is left out: any process that claims the folder, even one refused later, writes its pid there."""
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "run.lock"}
+
+
+def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path:
+    """The finished, uninterrupted run of ``args`` in the session's folder ``name``: the first xdist worker to ask
+    makes it under a lock, the others wait and reuse it. Read it; copy it before running in it."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the folder all workers share
+    out = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            code, output = run(out, *args)
+            assert code == 0, output
+    assert status(out)["state"] == "finished", f"the shared run {name} failed: see the test that made it"
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory) -> Path:
+    out = shared_run(tmp_path_factory, "pro-reference", REFERENCE)
+    assert [s for s, _ in train_losses(out)] == list(range(1, REFERENCE_STEPS + 1))
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_3_epochs(tmp_path_factory) -> Path:
+    return shared_run(tmp_path_factory, "pro-reference-3-epochs", REFERENCE_3_EPOCHS)
 
 
 def load_script():

@@ -8,26 +8,19 @@ import pytest
 from course_utils.checkpoint import CheckpointManager, load_verified
 from course_utils.monitor import read_metrics
 from course_utils.schedule import lr_at
-from tests.pro_runs import TINY, finish, run, start, status, train_losses, train_records, wait_for_step
+from tests.pro_runs import REFERENCE_3_EPOCHS as ARGS
+from tests.pro_runs import finish, run, start, status, train_losses, train_records, wait_for_step
+from tests.pro_runs import reference_3_epochs  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
-# 15 steps per epoch, 45 steps in all, a checkpoint every 4 steps, 2 DataLoader workers
-ARGS = [*TINY, "--epochs", "3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2"]
+# ARGS: 15 steps per epoch, 45 steps in all, a checkpoint every 4 steps, 2 DataLoader workers
 TOTAL = 45
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reference")
-    code, output = run(out, *ARGS)
-    assert code == 0, output
-    return out
-
-
-def test_reference_run_outputs(reference):
-    config = json.loads((reference / "config.json").read_text())
+def test_reference_run_outputs(reference_3_epochs):  # noqa: F811
+    config = json.loads((reference_3_epochs / "config.json").read_text())
     assert config["hparams"]["seed"] == 0 and len(config["git_commit"]) == 40
-    recs = read_metrics(reference / "metrics.jsonl")
+    recs = read_metrics(reference_3_epochs / "metrics.jsonl")
     train = [r for r in recs if r["split"] == "train"]
     assert [r["step"] for r in train] == list(range(1, TOTAL + 1))
     for key in ("step", "epoch", "loss", "loss_smooth", "grad_norm", "clipped", "lr", "samples_per_sec", "mem_peak_mb"):
@@ -36,12 +29,12 @@ def test_reference_run_outputs(reference):
     val = [r for r in recs if r["split"] == "val"]
     assert [r["epoch"] for r in val] == [0, 1, 2] and {"acc", "acc_ema"} <= set(val[0])
     assert val[-1]["acc"] > 0.15  # learns something in 45 tiny steps
-    names = sorted(p.name for p in (reference / "checkpoints").glob("*.pt"))
+    names = sorted(p.name for p in (reference_3_epochs / "checkpoints").glob("*.pt"))
     assert names == ["best.pt", "last_good.pt", "step_00000044.pt", "step_00000045.pt"]  # last 2 + best + last good
-    assert status(reference)["state"] == "finished" and status(reference)["exit_code"] == 0
+    assert status(reference_3_epochs)["state"] == "finished" and status(reference_3_epochs)["exit_code"] == 0
 
 
-def test_sigkill_anywhere_then_resume_is_bit_identical(reference, tmp_path):
+def test_sigkill_anywhere_then_resume_is_bit_identical(reference_3_epochs, tmp_path):  # noqa: F811
     out = tmp_path / "killed"
     for kill_after in (7, 22):  # mid-epoch 0 and mid-epoch 1, with 2 DataLoader workers
         proc = start(out, *ARGS, *(["--resume"] if kill_after != 7 else []))
@@ -50,7 +43,7 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(reference, tmp_path):
         proc.wait()
     code, output = run(out, *ARGS, "--resume")
     assert code == 0 and "续训" in output, output
-    assert train_losses(out) == train_losses(reference)  # exact float equality, every step exactly once
+    assert train_losses(out) == train_losses(reference_3_epochs)  # exact float equality, every step exactly once
 
 
 def test_sigterm_saves_and_exits_as_preempted(tmp_path):
@@ -85,7 +78,7 @@ def test_repeated_nan_stops_with_clear_message(tmp_path):
     assert status(tmp_path)["state"] == "stopped_bad_steps"
 
 
-def test_resume_with_changed_model_is_refused(reference, tmp_path):
-    shutil.copytree(reference, tmp_path / "run")
+def test_resume_with_changed_model_is_refused(reference_3_epochs, tmp_path):  # noqa: F811
+    shutil.copytree(reference_3_epochs, tmp_path / "run")
     code, output = run(tmp_path / "run", *ARGS, "--resume", "--width", "16")
     assert code == 2 and "width 8 → 16" in output, output

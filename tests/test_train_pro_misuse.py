@@ -19,23 +19,14 @@ import torch
 
 from course_utils.checkpoint import load_verified, save_verified
 from course_utils.schedule import lr_at
-from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, run, run_all, start, status,
-                            train_losses, train_records, wait_for_step)
+from tests.pro_runs import REFERENCE as BASE
+from tests.pro_runs import REFERENCE_STEPS as TOTAL
+from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, reference, run, run_all,  # noqa: F401
+                            start, status, train_losses, train_records, wait_for_step)
 
 pytestmark = pytest.mark.slow
-# 2 epochs = 30 steps; checkpoints at 4, 8, ..., 28, the epoch ends (15: eval + best) and 30
-BASE = [*TINY, "--epochs", "2", "--ckpt-every-steps", "4", "--log-every", "3"]
-TOTAL = 30
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """An uninterrupted, finished run: the reference every other run here is compared with."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    code, output = run(out, *BASE)
-    assert code == 0 and status(out)["state"] == "finished", output
-    assert [s for s, _ in train_losses(out)] == list(range(1, TOTAL + 1))
-    return out
+# BASE: 2 epochs = 30 steps; checkpoints at 4, 8, ..., 28, the epoch ends (15: eval + best) and 30.
+# ``reference``, the session's uninterrupted run of BASE (finished), is what the other runs here are compared with.
 
 
 def copy_of(run_folder, tmp_path):
@@ -49,8 +40,8 @@ def max_abs_weight(path) -> float:
     return max(v.abs().max().item() for v in state["model"].values() if v.is_floating_point())
 
 
-def test_resume_with_a_larger_batch_is_refused_within_seconds(finished, tmp_path):
-    out = copy_of(finished, tmp_path)
+def test_resume_with_a_larger_batch_is_refused_within_seconds(reference, tmp_path):  # noqa: F811
+    out = copy_of(reference, tmp_path)
     before = listing(out)
     t0 = time.monotonic()
     code, output = run(out, *BASE, "--resume", "--batch-size", "64", timeout=30)
@@ -60,8 +51,8 @@ def test_resume_with_a_larger_batch_is_refused_within_seconds(finished, tmp_path
     assert listing(out) == before, "a refusal changes nothing"
 
 
-def test_forgotten_resume_and_overwrite_keep_every_run(finished, tmp_path):
-    out = copy_of(finished, tmp_path)
+def test_forgotten_resume_and_overwrite_keep_every_run(reference, tmp_path):  # noqa: F811
+    out = copy_of(reference, tmp_path)
     before = {k: (out / k).read_bytes() for k in listing(out)}
     code, output = run(out, *BASE)  # --resume forgotten in a finished folder
     assert code == 2 and "--resume" in output and "--overwrite" in output, output
@@ -75,8 +66,8 @@ def test_forgotten_resume_and_overwrite_keep_every_run(finished, tmp_path):
     assert code == 2 and "seed 1 → 0" in output, output
 
 
-def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(finished, tmp_path):
-    out = copy_of(finished, tmp_path)
+def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(reference, tmp_path):  # noqa: F811
+    out = copy_of(reference, tmp_path)
     damaged = {}
     for path in sorted((out / "checkpoints").glob("*.pt")):  # best.pt and last_good.pt may share bytes with a step file
         payload = bytearray(path.read_bytes())
@@ -94,15 +85,15 @@ def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(finished
     kept = sorted(p.read_bytes() for p in (out / "checkpoints").glob("*/*.pt"))  # corrupt/, superseded/
     assert kept == sorted(damaged.values()), "every damaged file is kept aside, byte for byte"
     assert (out / "checkpoints" / "superseded" / "metrics.jsonl").read_bytes() == old_metrics
-    assert train_losses(out) == train_losses(finished), "the restarted run is the same run"
+    assert train_losses(out) == train_losses(reference), "the restarted run is the same run"
     top = sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_file())
     assert top == ["best.pt", "best.pt.sha256", "last_good.pt", "last_good.pt.sha256", "step_00000028.pt",
                    "step_00000028.pt.sha256", "step_00000030.pt", "step_00000030.pt.sha256"], top
     assert not list(out.glob(".*.tmp-*")), "leftovers removed"
 
 
-def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(finished, tmp_path):
-    out = copy_of(finished, tmp_path)
+def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(reference, tmp_path):  # noqa: F811
+    out = copy_of(reference, tmp_path)
     foreign = load_verified(out / "checkpoints" / "step_00000030.pt")
     foreign["config"]["hparams"]["seed"] = 1  # as if copied in from a seed-1 run
     save_verified(foreign, out / "checkpoints" / "step_00000031.pt")
@@ -113,7 +104,8 @@ def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(finished, tmp_
     assert listing(out) == before, "nothing was moved, pruned or rewritten"
 
 
-def test_a_second_run_in_the_same_folder_is_refused_and_a_restart_after_sigkill_is_not(finished, tmp_path):
+def test_a_second_run_in_the_same_folder_is_refused_and_a_restart_after_sigkill_is_not(
+        reference, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     first = start(out, *BASE, "--workers", "2")
     try:
@@ -127,7 +119,7 @@ def test_a_second_run_in_the_same_folder_is_refused_and_a_restart_after_sigkill_
             first.kill()
     code, output = run(out, *BASE, "--workers", "2", "--resume")  # at once
     assert code == 0 and "续训" in output, output
-    assert train_losses(out) == train_losses(finished)
+    assert train_losses(out) == train_losses(reference)
 
 
 def _claimed(proc, out) -> bool:
@@ -136,7 +128,7 @@ def _claimed(proc, out) -> bool:
     return lock.exists() and f"pid {proc.pid} @" in lock.read_text()
 
 
-def test_sigterm_to_the_process_group_with_2_workers_saves_10_of_10(finished, tmp_path):
+def test_sigterm_to_the_process_group_with_2_workers_saves_10_of_10(reference, tmp_path):  # noqa: F811
     """Two chains side by side, five SIGTERMs each (start-up, the first flush, mid-epoch, the epoch-end eval
     and save, just after a resume...), every one to the whole process group; then each chain finishes.
     Targets stay several steps before the end: a signal during the last step ends a finished run."""
@@ -169,7 +161,7 @@ def test_sigterm_to_the_process_group_with_2_workers_saves_10_of_10(finished, tm
     results = run_all([(out, [*BASE, "--workers", "2", "--log-every", "1", "--resume"]) for out in outs.values()])
     for (code, output), out in zip(results, outs.values()):
         assert code == 0, output
-        assert train_losses(out) == train_losses(finished), f"preempted at {saved}"
+        assert train_losses(out) == train_losses(reference), f"preempted at {saved}"
 
 
 def test_lr_explosion_resumes_from_the_last_good_checkpoint_with_the_new_lr(tmp_path):
@@ -209,8 +201,8 @@ def test_a_truncated_real_data_file_stops_the_run(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_a_full_disk_gives_one_line_with_the_path_and_keeps_the_checkpoints(finished, tmp_path):
-    out = copy_of(finished, tmp_path)
+def test_a_full_disk_gives_one_line_with_the_path_and_keeps_the_checkpoints(reference, tmp_path):  # noqa: F811
+    out = copy_of(reference, tmp_path)
     newest = (out / "checkpoints" / "step_00000030.pt").read_bytes()
 
     def small_disk():  # writes past 100 kB fail with EFBIG (Python ignores SIGXFSZ): a checkpoint is ~210 kB

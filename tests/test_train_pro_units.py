@@ -17,13 +17,8 @@ import pytest
 from course_utils import data, runfolder
 from course_utils.alerts import RecentSteps, SpikeDetector
 from course_utils.monitor import Monitor
-from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, read_status
+from course_utils.runfolder import Refused, RunFolder, config_changes, read_status
 from tests.pro_runs import fake_cifar
-
-
-def test_exit_codes_and_states_are_distinct():
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 75]
-    assert set(runfolder.STATES.values()) == {"finished", "failed", "stopped_bad_steps", "preempted"}
 
 
 def test_claim_refuses_a_second_holder_and_releases_on_exit(tmp_path):
@@ -126,13 +121,9 @@ def test_record_changes_appends_history(tmp_path):
 
 def test_recent_steps_counts_a_rate_not_a_streak():
     bad = RecentSteps(window=10)
-    streak = 0
-    for step in range(1, 41):
-        if step % 2:  # every other step is bad: never 2 in a row
-            bad.add(step)
-            bad.add(step)  # marked twice (skipped and spiked): counts once
-        streak = streak + 1 if step % 2 else 0
-        assert streak <= 1
+    for step in range(1, 41, 2):  # every other step is bad: never 2 in a row
+        bad.add(step)
+        bad.add(step)  # marked twice (skipped and spiked): counts once
     assert bad.count(40) == 5  # 31, 33, ..., 39
     restored = RecentSteps(window=10)
     restored.load_state_dict(bad.state_dict())
