@@ -20,7 +20,7 @@ Example::
     r = paired_comparison(ema_accs, raw_accs)     # same seeds, same order
     print(r.text("EMA", "raw"))                   # 平均差 +0.012,95% 置信区间 [+0.004, +0.020] → EMA 更好
 
-Taught in 03 §4 (and used by 04's ablation and 05 §5).
+Taught in ``03_ema`` §4 and ``05_reproducibility`` §5 (04's ablation uses it too).
 """
 from __future__ import annotations
 
