@@ -9,14 +9,22 @@ time - 1, summed over the rounds (limit 10 %: exit 1 when missed). Then one lear
 workbook (every notebook with check cells) is graded in the sandbox with ``--jobs``: the time per
 learner.
 
+The homework (``10_homework``): one learner hands in the reference scripts (``solutions/homework``,
+``train_cifar_pro.py`` as ``train_cifar.py``) in a ``homework/`` folder; all five upgrade checks run
+on them with ``--jobs 1`` (one learner at a time, as a class is graded), ``--homework-rounds`` times
+in the sandbox and as often without it, the arms alternating (limits: 3 minutes per learner in
+the sandbox, 10 % overhead; exit 1 when missed).
+
     python bench/grading.py                                            # 20 learners x 01-03, --jobs 2
     python bench/grading.py --learners 1 --notebooks 01 --no-workbook  # a smoke run
+    python bench/grading.py --learners 1 --notebooks 01 --no-workbook --homework-rounds 2   # the homework
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +38,41 @@ from course_tools.grade_collect import collect  # noqa: E402
 from course_tools.sandbox import check_available  # noqa: E402
 
 MAX_OVERHEAD = 0.10
+MAX_HOMEWORK_S = 180.0   # one learner's homework, all checks, --jobs 1, on a 2-core machine
+
+
+def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
+    """One learner's homework (the reference scripts) graded ``rounds`` times per arm, the arms alternating."""
+    from course_tools.grade_homework import NOTEBOOK, HomeworkSetup, grade_homework
+
+    setup = HomeworkSetup.for_solutions(solutions)
+    if setup is None:
+        log(f"  {solutions} has no homework/ folder: homework not measured")
+        return None
+    folder = root / "learner" / "homework"
+    folder.mkdir(parents=True)
+    for name, text in setup.reference_scripts().items():
+        (folder / name).write_text(text, encoding="utf-8")
+    item = collect([root / "learner"], [], set(), NOTEBOOK)[0][0]
+    runs = []
+    for n in range(rounds):
+        row = {}
+        for arm in (("sandbox", "plain") if n % 2 == 0 else ("plain", "sandbox")):
+            private = root / f"private-{n}-{arm}"
+            private.mkdir()
+            start = time.perf_counter()
+            result = grade_homework(item, setup, sandbox=arm == "sandbox", private=private)
+            row[arm] = time.perf_counter() - start
+            row[f"{arm}_passed"] = f"{result.grade.passed}/{result.grade.total}"
+            row[f"{arm}_failed"] = [c.message[:300] for c in result.grade.checks if not c.passed]
+        runs.append(row)
+        log(f"  homework round {n + 1}: sandbox {row['sandbox']:.1f} s ({row['sandbox_passed']}), "
+            f"plain {row['plain']:.1f} s ({row['plain_passed']})")
+    sandbox_s, plain_s = (statistics.median(r[a] for r in runs) for a in ("sandbox", "plain"))
+    full = all(r["sandbox_passed"] == r["plain_passed"] == "5/5" for r in runs)
+    return {"rounds": runs, "sandbox_s": sandbox_s, "plain_s": plain_s, "overhead": sandbox_s / plain_s - 1,
+            "all_checks_passed": full, "max_seconds": MAX_HOMEWORK_S,
+            "passed": full and sandbox_s <= MAX_HOMEWORK_S and sandbox_s / plain_s - 1 <= MAX_OVERHEAD}
 
 
 def make_class(root: Path, solutions: Path, prefixes: list[str], learners: int) -> list[Path]:
@@ -75,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--solutions", type=Path, default=REPO / "solutions")
     p.add_argument("--no-workbook", action="store_true", help="skip the whole-workbook time per learner")
+    p.add_argument("--homework-rounds", type=int, default=1, help="homework gradings per arm (0: skip the homework)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     info = machine_info()
@@ -98,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             workbook = {"seconds": time.perf_counter() - start, "notebooks": len(grades),
                         "full": all(g.passed == g.total for g in grades),
                         "per_notebook": {g.notebook: f"{g.passed}/{g.total}" for g in grades}}
+        homework = homework_arms(tmp / "homework", args.solutions, args.homework_rounds, print) \
+            if args.homework_rounds else None
     sandbox_s, plain_s = sum(r["sandbox"] for r in rounds), sum(r["plain"] for r in rounds)
     overhead = sandbox_s / plain_s - 1
     ratios = spread([r["sandbox"] / r["plain"] for r in rounds])
@@ -113,12 +159,21 @@ def main(argv: list[str] | None = None) -> int:
                   f"{workbook['notebooks']} notebooks (all checks passed: {workbook['full']})")
     passed = overhead <= MAX_OVERHEAD and full
     table += f"\noverhead of the sandbox: {100 * overhead:.1f}% (limit {100 * MAX_OVERHEAD:.0f}%) -> {'OK' if passed else 'FAILED'}"
+    if homework:
+        h = homework
+        table += (f"\nhomework, one learner (reference scripts), all 5 upgrade checks, --jobs 1, median of "
+                  f"{len(h['rounds'])} round(s): sandbox {h['sandbox_s']:.0f} s (limit {MAX_HOMEWORK_S:.0f} s), "
+                  f"no sandbox {h['plain_s']:.0f} s, overhead {100 * h['overhead']:.1f}% "
+                  f"(limit {100 * MAX_OVERHEAD:.0f}%), all checks passed: {h['all_checks_passed']} "
+                  f"-> {'OK' if h['passed'] else 'FAILED'}")
+        passed = passed and h["passed"]
     print()
     print(table)
     path = write_json("grading", {"machine": info, "learners": args.learners, "notebooks": [c.name for c in chosen],
                                   "jobs": args.jobs, "rounds": rounds, "sandbox_s": sandbox_s, "plain_s": plain_s,
                                   "overhead": overhead, "max_overhead": MAX_OVERHEAD, "ratio": ratios,
-                                  "all_checks_passed": full, "workbook": workbook, "passed": passed, "table": table},
+                                  "all_checks_passed": full, "workbook": workbook, "homework": homework,
+                                  "passed": passed, "table": table},
                       args.json)
     print(f"\nJSON: {path}")
     return 0 if passed else 1

@@ -11,8 +11,8 @@ For each learner the grader copies the scripts into a scratch folder of its own 
 only, no links, size-capped), then runs each upgrade of
 :data:`course_tools.checks.nb10_homework.UPGRADES` in the GRADER process: the check decides the
 outcome outside, every run of a learner's script starts through a :class:`~course_tools.sandbox.ScriptBox`
-(its own bubblewrap sandbox: the scratch copy read-only, the run's own folder the one writable
-host path, no network, no other learner, no ``solutions/``, memory, pids and disk limits, every
+(its own bubblewrap sandbox: the scratch copy's files read-only in a private folder, the run's
+own folder the one writable host path, no network, no other learner, no ``solutions/``, memory, pids and disk limits, every
 process gone with the sandbox). One row per learner (``passed/total`` = upgrades) and one check
 row per upgrade with the check's own message and a command that reproduces it.
 
@@ -226,8 +226,8 @@ class _Runner:
 
     def check(self, upgrade: Upgrade, folder: Path, commit: str) -> CheckOutcome:
         """One upgrade's check on the scripts in ``folder``; never raises for the learner's code."""
-        readable = [folder] + ([self.history.repo / "objects"] if self.history and commit else [])
-        box = ScriptBox(tuple(readable), self.setup.limits, threads=1, sandbox=self.sandbox)
+        readable = (self.history.repo / "objects",) if self.history and commit else ()
+        box = ScriptBox((folder,), readable, self.setup.limits, threads=1, sandbox=self.sandbox)
         work = Path(tempfile.mkdtemp(prefix="runs", dir=self.scratch))
         self.runs += 1
         try:

@@ -45,7 +45,7 @@ Example::
     # AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(),
     #                    transport="ipc", ip=box.ip, connection_file=box.connection_file)
     box.close()
-    scripts = ScriptBox(readable=(scratch,))   # a homework check's launcher
+    scripts = ScriptBox(scripts=(scratch,))   # a homework check's launcher
     proc = scripts([sys.executable, str(scratch / "train_cifar.py"), "--out", str(run)], cwd=scratch,
                    env=os.environ.copy(), stdout=log, writable=run)
     scripts.close()
@@ -172,7 +172,7 @@ def kernel_env(home: str, tmp: str, threads: int = 0) -> dict[str, str]:
 
 
 def _bwrap_args(limits: Limits, env: dict[str, str], writable: list[Path], readable: tuple[Path, ...] = (),
-                cwd: str = SANDBOX_CWD) -> list[str]:
+                cwd: str = SANDBOX_CWD, scripts: tuple[Path, ...] = ()) -> list[str]:
     # The tmpfs mounts come first: a virtual environment or a grader folder under /tmp is bound on top.
     args = ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--dev", "/dev", "--size", str(limits.shm), "--tmpfs", "/dev/shm", "--proc", "/proc",
@@ -189,6 +189,10 @@ def _bwrap_args(limits: Limits, env: dict[str, str], writable: list[Path], reada
             args += ["--ro-bind", str(link), str(link)]
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
+    for folder in scripts:  # a private tmpfs at the folder's path, its entries bound read-only into it
+        args += ["--size", str(limits.tmp), "--tmpfs", str(folder)]
+        for entry in sorted(Path(folder).iterdir()):
+            args += ["--ro-bind", str(entry), str(entry)]
     for path in writable:
         args += ["--bind", str(path), str(path)]
     args += ["--chdir", cwd,
@@ -451,14 +455,17 @@ class ScriptBox:
     """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner.
 
     Each call starts one run of a learner's script in its own sandbox (own cgroup, same mounts and
-    limits as a kernel): ``readable`` (the scratch copy of this learner's scripts) is bound
-    read-only, ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
+    limits as a kernel): ``scripts`` (the scratch copy of this learner's scripts) appears at its real
+    path as a private tmpfs holding its files read-only (a script may write beside itself, as on
+    the learner's machine: those files vanish with the sandbox), ``readable`` is bound read-only,
+    ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
     A watcher thread kills the sandbox when the run folder grows past ``limits.disk`` and says so
     in the run's log. ``sandbox=False``: the same launcher stub, environment and limits without
     bwrap (trusted scripts, and the baseline of ``bench/grading.py``). :meth:`close` after the
     check removes the cgroups.
     """
 
+    scripts: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
     limits: Limits = field(default_factory=Limits)
     threads: int = 1
@@ -479,7 +486,8 @@ class ScriptBox:
             if cgroup:
                 self._cgroups.append(cgroup)
             command = _launcher(_launch_config(self.limits, None, cgroup),
-                                ["bwrap", *_bwrap_args(self.limits, inner, [writable], self.readable, str(cwd)),
+                                ["bwrap", *_bwrap_args(self.limits, inner, [writable], self.readable, str(cwd),
+                                                       self.scripts),
                                  "--", *argv])
             where = None
         else:

@@ -412,11 +412,12 @@ for target in ({str(scripts / 'probe.py')!r}, "/usr/x"):
     else:
         raise AssertionError(target + " writable")
 open({str(run / 'ok')!r}, "w").write("written")
+open("beside.txt", "w").write("private")                # beside the script: the sandbox's own tmpfs
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {MARKER!r}], start_new_session=True)
 print("ready", flush=True)
 time.sleep(600)
 """}) / "probe.py"
-    box = sandbox.ScriptBox((scripts,), TEST_LIMITS)
+    box = sandbox.ScriptBox((scripts,), limits=TEST_LIMITS)
     env = {**os.environ, "OWN": "1", "SECRET": "instructor-token"}
     os.environ["SECRET"] = "instructor-token"
     try:
@@ -438,6 +439,7 @@ time.sleep(600)
         del os.environ["SECRET"]
         box.close()
     assert (run / "ok").read_text() == "written" and outside.read_text() == "host"
+    assert sorted(p.name for p in scripts.iterdir()) == ["probe.py"]
 
 
 def test_first_passing_commit_by_binary_search_with_a_bounded_number_of_runs():
