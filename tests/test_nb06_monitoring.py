@@ -116,8 +116,8 @@ def find_spikes(values, window=20, threshold=6.0, min_ratio=1.5):
             continue
         recent = history[-window:]
         if len(recent) >= window:
-            mean = statistics.fmean(recent)
-            std = statistics.pstdev(recent)
+            mean = sum(recent) / len(recent)
+            std = math.sqrt(sum((v - mean) ** 2 for v in recent) / len(recent))
             if value > mean + 3 * std and value > min_ratio * mean:
                 spikes.append(i)
         history.append(value)
