@@ -77,7 +77,7 @@ def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
 
 def make_class(root: Path, solutions: Path, prefixes: list[str], learners: int) -> list[Path]:
     """``learners`` folders, each holding a copy of the reference notebooks named by ``prefixes``."""
-    chosen = [p for p in sorted(solutions.glob("[0-9][0-9]_*.ipynb")) if any(p.name.startswith(x) for x in prefixes)]
+    chosen = [p for p in sorted(solutions.glob(grade.NOTEBOOK_GLOB)) if any(p.name.startswith(x) for x in prefixes)]
     for k in range(learners):
         folder = root / f"learner{k:02d}"
         folder.mkdir(parents=True)

@@ -62,10 +62,13 @@ from course_tools.grade_scan import Flag, scan
 from course_tools.release import AuthoringError, learner_notebook
 from course_tools.sandbox import GiB, KernelBox, Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 
-__all__ = ["ROOT", "Options", "Plan", "references", "merge", "make_plan", "grade_item", "grade_all", "main"]
+__all__ = ["ROOT", "NOTEBOOK_GLOB", "EXERCISE", "CHECK", "Options", "Plan", "references", "merge_exercises",
+           "make_plan", "grade_item", "grade_all", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 _MAX_SOURCE = 100_000  # characters of one exercise cell
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"   # the reference notebooks in solutions/
+EXERCISE, CHECK = "exercise", "check"  # the cell tags the grader reads (see CONTRIBUTING.md)
 
 
 @dataclass
@@ -117,25 +120,25 @@ def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.Notebook
 
     Raises :class:`AuthoringError` for a malformed reference (a grading run must not start on one).
     """
-    paths = sorted(p for p in Path(solutions).glob("[0-9][0-9]_*.ipynb") if p.is_file())
+    paths = sorted(p for p in Path(solutions).glob(NOTEBOOK_GLOB) if p.is_file())
     graded = {}
     for path in paths:
         released = learner_notebook(nbformat.read(path, as_version=4), path.name)
-        if any(_is(c, "check") for c in released.cells):
+        if any(_is(c, CHECK) for c in released.cells):
             graded[path.name] = released
     return paths, graded
 
 
 # ---------------------------------------------------------------- building the notebook to run
 
-def merge(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
+def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
     """``released`` (the learner copy of a reference) with the learner's exercise sources put in: (notebook, notes).
 
     Exercise cells are matched by cell id, then by the functions they define, then by order among
     the learner's exercise cells; an exercise not found keeps its stub.
     """
     graded = copy.deepcopy(released)
-    ref_ex = [c for c in graded.cells if _is(c, "exercise")]
+    ref_ex = [c for c in graded.cells if _is(c, EXERCISE)]
     sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
     used: set[int] = set()
     slots: list = [None] * len(ref_ex)
@@ -153,7 +156,7 @@ def merge(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) ->
             if hit is not None:
                 slots[k], by_name = hit, by_name + 1
                 used.add(id(hit))
-    remaining = [c for c in sub_code if _is(c, "exercise") and id(c) not in used]
+    remaining = [c for c in sub_code if _is(c, EXERCISE) and id(c) not in used]
     for k in range(len(ref_ex)):
         if slots[k] is None and remaining:
             slots[k], by_order = remaining.pop(0), by_order + 1
@@ -167,7 +170,7 @@ def merge(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) ->
             else:
                 cell.source = source
     missing = [k + 1 for k, s in enumerate(slots) if s is None]
-    n_sub = sum(_is(c, "exercise") for c in sub_code)
+    n_sub = sum(_is(c, EXERCISE) for c in sub_code)
     if by_name or by_order or missing or n_sub != len(ref_ex):
         notes.append(f"练习格子与参考不一致(旧版本?): 参考 {len(ref_ex)} 个,提交 {n_sub} 个;按 id 匹配 "
                      f"{len(ref_ex) - by_name - by_order - len(missing)} 个,按函数名匹配 {by_name} 个,按顺序匹配 {by_order} 个"
@@ -201,9 +204,9 @@ class Plan:
 
 def make_plan(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> Plan:
     """Merge, find the check and exercise cells, scan the learner's exercise sources."""
-    notebook, notes = merge(released, submission)
-    exercises = [i for i, c in enumerate(notebook.cells) if _is(c, "exercise")]
-    checks = [i for i, c in enumerate(notebook.cells) if _is(c, "check")]
+    notebook, notes = merge_exercises(released, submission)
+    exercises = [i for i, c in enumerate(notebook.cells) if _is(c, EXERCISE)]
+    checks = [i for i, c in enumerate(notebook.cells) if _is(c, CHECK)]
     stubs = {i: _source(released.cells[i]) for i in exercises}
     owner = {c: max((e for e in exercises if e < c), default=None) for c in checks}
     outside = {c: o for c in checks if (o := outside_check(_source(notebook.cells[c]))) is not None}
@@ -238,7 +241,7 @@ async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: P
 
 async def grade_item(item: Item, released: nbformat.NotebookNode, options: Options, private: Path) -> Grade:
     """Grade one learner x notebook; never raises for a bad submission."""
-    ref_checks = [c for c in released.cells if _is(c, "check")]
+    ref_checks = [c for c in released.cells if _is(c, CHECK)]
     grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=list(item.notes),
                   review=list(item.review))
     if not options.sandbox:
@@ -350,7 +353,7 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
         _check_hidden([Path(solutions), *submissions] + ([report] if report else []))
     for notebook in released.values():  # import the outside checks' modules now, not while kernels run
         for cell in notebook.cells:
-            if _is(cell, "check") and (o := outside_check(_source(cell))):
+            if _is(cell, CHECK) and (o := outside_check(_source(cell))):
                 __import__(o.module)
     items, findings = collect(list(submissions), paths, set(released), HOMEWORK if setup else None)
     items, findings = _shard(items, findings, shard)
@@ -416,7 +419,7 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
                 reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
                 if item.reference.name in released:
-                    ref_checks = [c for c in released[item.reference.name].cells if _is(c, "check")]
+                    ref_checks = [c for c in released[item.reference.name].cells if _is(c, CHECK)]
                     grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=[reason],
                                   checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
                 else:
@@ -475,12 +478,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path, default=None, help="CSV to write (also .checks.csv, .files.csv, "
                    ".pass_rate.csv and a _feedback/ folder next to it)")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
-    p.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (default 120)")
-    p.add_argument("--timeout", type=float, default=900, help="hard limit per notebook, all reruns included (default 900)")
-    p.add_argument("--jobs", type=int, default=1, help="notebooks graded at the same time (default 1)")
+    d = Options()
+    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout, help=f"seconds per cell (default {d.cell_timeout:g})")
+    p.add_argument("--timeout", type=float, default=d.timeout,
+                   help=f"hard limit per notebook, all reruns included (default {d.timeout:g})")
+    p.add_argument("--jobs", type=int, default=d.jobs, help=f"notebooks graded at the same time (default {d.jobs})")
     p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")
-    p.add_argument("--memory", type=_size_arg, default=Limits().memory, help="address-space limit per process (default 6G)")
+    p.add_argument("--memory", type=_size_arg, default=d.limits.memory,
+                   help=f"address-space limit per process (default {d.limits.memory / GiB:g}G)")
     p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
     p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review instead of stubbing them")
     p.add_argument("--require-commits", action="store_true",

@@ -14,7 +14,7 @@ signals (``signal``, ``os.kill``), frame and object internals (``__globals__``, 
 ``getattr``/``setattr``/``delattr`` with a non-literal argument. Literal strings given to ``exec``,
 ``eval``, ``compile``, ``%time``/``%timeit`` are scanned as code, so
 ``getattr(__import__('s' + 'ys'), 'modules')`` and ``exec("import sys; sys.modules ...")`` are caught.
-Honest solutions of every notebook scan clean (``tests/test_grade_scan.py``).
+Honest solutions of every notebook scan clean (``tests/test_grade.py::test_honest_solutions_scan_clean``).
 
 Example::
 
