@@ -159,3 +159,15 @@ def test_verdicts_do_not_depend_on_the_seed(cells, workbook_threads):
         for name, fn in wrong.items():
             with pytest.raises(CheckFailed):
                 check_ema_update(fn, seed=seed)
+
+
+def test_one_statistics_rule():
+    """The raw-vs-EMA verdicts come from course_utils.stats (paired t-interval), not from ± 2 standard errors."""
+    import nbformat
+
+    from tests.notebook_cells import ROOT
+    nb = nbformat.read(ROOT / "solutions" / NAME, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "paired_comparison(" in code and "2 * se" not in code
+    assert "均值 ± 2 个标准误的区间" not in prose and "t 置信区间" in prose

@@ -192,3 +192,16 @@ def test_verdicts_do_not_depend_on_the_seed():
         for name, fn in wrong.items():
             with pytest.raises(CheckFailed):
                 check_set_seed(fn, seed=seed)
+
+
+def test_one_statistics_rule():
+    """Verdicts over seeds come from course_utils.stats (paired t-interval), not from max - min (issue 20)."""
+    import nbformat
+
+    from tests.notebook_cells import ROOT
+    nb = nbformat.read(ROOT / "solutions" / "05_reproducibility.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "不能说 0.033 更好" not in text and "效应 > 种子间波动" not in text
+    verdicts = [c for c in nb.cells if c.cell_type == "code" and "paired_comparison(" in c.source]
+    assert len(verdicts) == 1 and "claim(" in verdicts[0].source
+    assert "为什么配对" in text
