@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from course_utils.durable import TEMP_FILE, atomic_write_json
-from course_utils.signals import StopSignal  # noqa: F401  TEMPORARY: checkpoint.py imports it from here until H3 drops that
 
 __all__ = ["ExitCode", "STATES", "Refused", "RunFolder", "read_status", "holds_run", "config_changes"]
 
