@@ -149,6 +149,14 @@ def test_dataloader_workers_ignore_the_stop_signals_and_run_their_own_init():
     assert not plain[0][0], "without iterate() a worker keeps the default SIGTERM (the test would prove nothing)"
 
 
+def test_the_run_folder_and_the_stop_signal_load_without_torch():
+    """A script claims its folder, checks its config and installs the stop signal before it imports torch."""
+    out = subprocess.run([sys.executable, "-c", "import sys, course_utils.runfolder, course_utils.signals; "
+                          "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_package_docstring_names_every_module():
     listed = {line.split("``")[1] for line in course_utils.__doc__.splitlines() if line.startswith("- ``")}
     modules = {m.name for m in pkgutil.iter_modules(course_utils.__path__) if not m.name.startswith("_")}
