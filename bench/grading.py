@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -54,7 +55,7 @@ def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
     for name, text in setup.reference_scripts().items():
         (folder / name).write_text(text, encoding="utf-8")
     item = collect([root / "learner"], [], set(), NOTEBOOK)[0][0]
-    runs = []
+    runs, load_start = [], os.getloadavg()[0]
     for n in range(rounds):
         row = {}
         for arm in (("sandbox", "plain") if n % 2 == 0 else ("plain", "sandbox")):
@@ -72,6 +73,7 @@ def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
     full = all(r["sandbox_passed"] == r["plain_passed"] == "5/5" for r in runs)
     return {"rounds": runs, "sandbox_s": sandbox_s, "plain_s": plain_s, "overhead": sandbox_s / plain_s - 1,
             "all_checks_passed": full, "max_seconds": MAX_HOMEWORK_S,
+            "load_avg_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
             "passed": full and sandbox_s <= MAX_HOMEWORK_S and sandbox_s / plain_s - 1 <= MAX_OVERHEAD}
 
 

@@ -83,6 +83,15 @@ def grading_notes(d: dict) -> list[str]:
         w = d["workbook"]
         notes.append(f"A learner's whole workbook ({w['notebooks']} graded notebooks) takes {w['seconds']:.0f} s in the "
                      f"sandbox with --jobs {d['jobs']}.")
+    if d.get("homework"):
+        h = d["homework"]
+        notes.append(f"One learner's homework (the reference scripts, all five upgrade checks, --jobs 1) takes "
+                     f"{h['sandbox_s']:.0f} s in the sandbox ({'within' if h['sandbox_s'] <= h['max_seconds'] else 'OVER'} "
+                     f"the {h['max_seconds']:.0f} s limit) and {h['plain_s']:.0f} s without it: "
+                     f"{100 * h['overhead']:.1f}% overhead; all checks passed in both arms: {h['all_checks_passed']}"
+                     + (f"; load average (1 min) {h['load_avg_1m'][0]} at its start, {h['load_avg_1m'][1]} at its end: "
+                        "on a busy machine both arms stretch and their ratio says little" if h.get("load_avg_1m") else "")
+                     + ".")
     return notes
 
 
