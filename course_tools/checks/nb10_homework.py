@@ -463,8 +463,8 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
             fail(f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
                  f"进程已跑完 {total_steps} 步并退出,这之前 metrics.jsonl 里没有 step {kill_after}",
                  "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
-        killed_at = run.max_step()
         run.kill()
+        killed_at = run.max_step()  # after the kill: a busy machine may let it log (and save) a few more steps
         expect(killed_at < total_steps, f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
                f"metrics.jsonl 第一次有内容时已经记到 step {killed_at}(训练已结束)",
                "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
