@@ -36,6 +36,7 @@ from _common import REPO, format_table, header, machine_info, spread, write_json
 
 from course_tools import grade  # noqa: E402
 from course_tools.grade_collect import collect  # noqa: E402
+from course_tools.grade_plan import NOTEBOOK_GLOB, references  # noqa: E402
 from course_tools.sandbox import check_available  # noqa: E402
 
 MAX_OVERHEAD = 0.10
@@ -79,7 +80,7 @@ def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
 
 def make_class(root: Path, solutions: Path, prefixes: list[str], learners: int) -> list[Path]:
     """``learners`` folders, each holding a copy of the reference notebooks named by ``prefixes``."""
-    chosen = [p for p in sorted(solutions.glob(grade.NOTEBOOK_GLOB)) if any(p.name.startswith(x) for x in prefixes)]
+    chosen = [p for p in sorted(solutions.glob(NOTEBOOK_GLOB)) if any(p.name.startswith(x) for x in prefixes)]
     for k in range(learners):
         folder = root / f"learner{k:02d}"
         folder.mkdir(parents=True)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     print(header(info))
     check_available()
-    paths, released = grade.references(args.solutions)
+    paths, released = references(args.solutions)
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
         chosen = make_class(tmp / "class", args.solutions, args.notebooks, args.learners)

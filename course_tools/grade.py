@@ -33,16 +33,15 @@ history, when handed in, is judged too (``--require-commits`` lets it change the
 ``grades.similarity.csv`` lists the pairs of learners (and learner x reference) whose scripts
 are alike, for a person to look at (:mod:`course_tools.grade_similarity`).
 
-Submissions, collection and reports: :mod:`course_tools.grade_collect`, :mod:`course_tools.grade_report`.
+The notebook to run: :mod:`course_tools.grade_plan`. Submissions, collection and reports:
+:mod:`course_tools.grade_collect`, :mod:`course_tools.grade_report`.
 Without bubblewrap the grader stops with an explanation; ``--no-sandbox`` grades anyway (trusted
 code only: the learner's code then runs as you) and says so in every row.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
-import copy
 import os
 import re
 import shutil
@@ -53,22 +52,18 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools.grade_answers import OutsideCheck, outside_check, score_outside
+from course_tools.grade_answers import outside_check, score_outside
 from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collect, read_notebook
 from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
 from course_tools.grade_kernel import CellResult, clean_text, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
-from course_tools.grade_scan import Flag, scan
-from course_tools.release import AuthoringError, learner_notebook
+from course_tools.grade_plan import CHECK, Plan, cell_source, make_plan, references, tagged
+from course_tools.release import AuthoringError
 from course_tools.sandbox import GiB, KernelBox, Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 
-__all__ = ["ROOT", "NOTEBOOK_GLOB", "EXERCISE", "CHECK", "Options", "Plan", "references", "merge_exercises",
-           "make_plan", "grade_item", "grade_all", "main"]
+__all__ = ["ROOT", "Options", "grade_item", "grade_all", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
-_MAX_SOURCE = 100_000  # characters of one exercise cell
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"   # the reference notebooks in solutions/
-EXERCISE, CHECK = "exercise", "check"  # the cell tags the grader reads (see CONTRIBUTING.md)
 
 
 @dataclass
@@ -92,128 +87,6 @@ class Options:
         return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else 0
 
 
-def _tags(cell) -> list[str]:
-    metadata = cell.get("metadata") if isinstance(cell, dict) else None
-    tags = metadata.get("tags") if isinstance(metadata, dict) else None
-    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
-
-
-def _is(cell, tag: str) -> bool:
-    return isinstance(cell, dict) and cell.get("cell_type") == "code" and tag in _tags(cell)
-
-
-def _source(cell) -> str:
-    source = cell.get("source", "")
-    return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else ""
-
-
-def _defined(source: str) -> set[str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
-
-def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.NotebookNode]]:
-    """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells.
-
-    Raises :class:`AuthoringError` for a malformed reference (a grading run must not start on one).
-    """
-    paths = sorted(p for p in Path(solutions).glob(NOTEBOOK_GLOB) if p.is_file())
-    graded = {}
-    for path in paths:
-        released = learner_notebook(nbformat.read(path, as_version=4), path.name)
-        if any(_is(c, CHECK) for c in released.cells):
-            graded[path.name] = released
-    return paths, graded
-
-
-# ---------------------------------------------------------------- building the notebook to run
-
-def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
-    """``released`` (the learner copy of a reference) with the learner's exercise sources put in: (notebook, notes).
-
-    Exercise cells are matched by cell id, then by the functions they define, then by order among
-    the learner's exercise cells; an exercise not found keeps its stub.
-    """
-    graded = copy.deepcopy(released)
-    ref_ex = [c for c in graded.cells if _is(c, EXERCISE)]
-    sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
-    used: set[int] = set()
-    slots: list = [None] * len(ref_ex)
-    by_id = {c["id"]: c for c in sub_code if isinstance(c.get("id"), str)}
-    for k, cell in enumerate(ref_ex):
-        hit = by_id.get(cell.get("id"))
-        if hit is not None:
-            slots[k] = hit
-            used.add(id(hit))
-    by_name = by_order = 0
-    for k, cell in enumerate(ref_ex):  # then a cell defining the same function (untagged, v3, copied)
-        names = _defined(_source(cell))
-        if slots[k] is None and names:
-            hit = next((c for c in sub_code if id(c) not in used and names & _defined(_source(c))), None)
-            if hit is not None:
-                slots[k], by_name = hit, by_name + 1
-                used.add(id(hit))
-    remaining = [c for c in sub_code if _is(c, EXERCISE) and id(c) not in used]
-    for k in range(len(ref_ex)):
-        if slots[k] is None and remaining:
-            slots[k], by_order = remaining.pop(0), by_order + 1
-    notes = []
-    too_long = []
-    for k, (cell, hit) in enumerate(zip(ref_ex, slots)):
-        if hit is not None:
-            source = _source(hit)
-            if len(source) > _MAX_SOURCE:
-                too_long.append(k + 1)
-            else:
-                cell.source = source
-    missing = [k + 1 for k, s in enumerate(slots) if s is None]
-    n_sub = sum(_is(c, EXERCISE) for c in sub_code)
-    if by_name or by_order or missing or n_sub != len(ref_ex):
-        notes.append(f"练习格子与参考不一致(旧版本?): 参考 {len(ref_ex)} 个,提交 {n_sub} 个;按 id 匹配 "
-                     f"{len(ref_ex) - by_name - by_order - len(missing)} 个,按函数名匹配 {by_name} 个,按顺序匹配 {by_order} 个"
-                     + (f",未找到练习 {missing}(按未完成计分)" if missing else ""))
-    if too_long:
-        notes.append(f"练习 {too_long} 的代码超过 {_MAX_SOURCE} 个字符,按未完成计分")
-    return graded, notes
-
-
-@dataclass
-class Plan:
-    """The notebook to run for one submission and what the grader knows about its cells."""
-
-    notebook: nbformat.NotebookNode
-    exercises: list[int]
-    checks: list[int]
-    stubs: dict[int, str]
-    owner: dict[int, int | None]          # check index -> the exercise before it
-    outside: dict[int, OutsideCheck]      # check index -> scored by the grader, not the kernel
-    flags: dict[int, list[Flag]]          # exercise index -> suspicious lines
-    notes: list[str]
-
-    def label(self, index: int) -> str:
-        cell = self.notebook.cells[index]
-        if index in self.exercises:
-            return f"练习 {self.exercises.index(index) + 1}({cell.get('id', index)})"
-        if index in self.checks:
-            return str(cell.get("id") or f"check {self.checks.index(index) + 1}")
-        return f"格子 {index}({cell.get('id', '-')})"
-
-
-def make_plan(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> Plan:
-    """Merge, find the check and exercise cells, scan the learner's exercise sources."""
-    notebook, notes = merge_exercises(released, submission)
-    exercises = [i for i, c in enumerate(notebook.cells) if _is(c, EXERCISE)]
-    checks = [i for i, c in enumerate(notebook.cells) if _is(c, CHECK)]
-    stubs = {i: _source(released.cells[i]) for i in exercises}
-    owner = {c: max((e for e in exercises if e < c), default=None) for c in checks}
-    outside = {c: o for c in checks if (o := outside_check(_source(notebook.cells[c]))) is not None}
-    flags = {i: f for i in exercises if (f := scan(_source(notebook.cells[i])))}
-    return Plan(notebook, exercises, checks, stubs, owner, outside, flags, notes)
-
-
 # ---------------------------------------------------------------- running one submission
 
 def _event(plan: Plan, stop: CellResult, options: Options) -> str:
@@ -229,8 +102,8 @@ def _event(plan: Plan, stop: CellResult, options: Options) -> str:
 
 
 async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: Path, deadline: float):
-    cells = [(i, plan.stubs[i] if i in stubbed else _source(c)) for i, c in enumerate(plan.notebook.cells)
-             if c.get("cell_type") == "code" and _source(c).strip()]
+    cells = [(i, plan.stubs[i] if i in stubbed else cell_source(c)) for i, c in enumerate(plan.notebook.cells)
+             if c.get("cell_type") == "code" and cell_source(c).strip()]
     box = KernelBox(private, options.limits, options.threads, options.sandbox)
     try:
         return await run_cells(cells, box, cell_timeout=options.cell_timeout, deadline=deadline,
@@ -241,7 +114,7 @@ async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: P
 
 async def grade_item(item: Item, released: nbformat.NotebookNode, options: Options, private: Path) -> Grade:
     """Grade one learner x notebook; never raises for a bad submission."""
-    ref_checks = [c for c in released.cells if _is(c, CHECK)]
+    ref_checks = [c for c in released.cells if tagged(c, CHECK)]
     grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=list(item.notes),
                   review=list(item.review))
     if not options.sandbox:
@@ -298,7 +171,7 @@ async def grade_item(item: Item, released: nbformat.NotebookNode, options: Optio
         label = plan.label(index)
         owner = plan.owner[index]
         if index in plan.outside and not (owner in stubbed and owner in plan.flags and not options.run_flagged):
-            exercises = [_source(plan.notebook.cells[e]) for e in plan.exercises]
+            exercises = [cell_source(plan.notebook.cells[e]) for e in plan.exercises]
             passed, message = await asyncio.to_thread(score_outside, plan.outside[index], exercises)
         elif index in outcomes:
             cell = outcomes[index]
@@ -353,7 +226,7 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
         _check_hidden([Path(solutions), *submissions] + ([report] if report else []))
     for notebook in released.values():  # import the outside checks' modules now, not while kernels run
         for cell in notebook.cells:
-            if _is(cell, CHECK) and (o := outside_check(_source(cell))):
+            if tagged(cell, CHECK) and (o := outside_check(cell_source(cell))):
                 __import__(o.module)
     items, findings = collect(list(submissions), paths, set(released), HOMEWORK if setup else None)
     items, findings = _shard(items, findings, shard)
@@ -419,7 +292,7 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
                 reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
                 if item.reference.name in released:
-                    ref_checks = [c for c in released[item.reference.name].cells if _is(c, CHECK)]
+                    ref_checks = [c for c in released[item.reference.name].cells if tagged(c, CHECK)]
                     grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=[reason],
                                   checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
                 else:

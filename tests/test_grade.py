@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import grade, grade_report, sandbox
+from course_tools import grade, grade_plan, grade_report, sandbox
 from course_tools.grade_answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
 from course_tools.grade_collect import UnreadableNotebook, collect, read_notebook
 from course_tools.grade_kernel import run_cells
@@ -72,7 +72,7 @@ def test_merge_takes_only_exercise_sources_from_the_learner():
     _cell(sub, "ex-add").metadata["tags"] = ["exercise", "nbval-skip"]  # tags are not taken over
     _cell(sub, "check-add").source = "pass"
     sub.cells.insert(0, nbformat.v4.new_code_cell("import os"))         # extra cells are ignored
-    merged, notes = grade.merge_exercises(released, sub)
+    merged, notes = grade_plan.merge_exercises(released, sub)
     assert notes == []
     assert _cell(merged, "ex-add").source.endswith("return 0")
     assert _cell(merged, "ex-add").metadata["tags"] == ["exercise"]
@@ -87,7 +87,7 @@ def test_merge_matches_untagged_or_renamed_cells_by_function_name_then_order():
     for c in sub.cells:
         c.id = "x" + c.id                          # ids changed (another copy of the notebook)
     _cell(sub, "xex-square").metadata = {}         # tag lost
-    merged, notes = grade.merge_exercises(released, sub)
+    merged, notes = grade_plan.merge_exercises(released, sub)
     assert "return x * x" in _cell(merged, "ex-square").source and "return a + b" in _cell(merged, "ex-add").source
     assert any("按函数名匹配 2 个" in n for n in notes), notes
 
@@ -97,13 +97,13 @@ def test_merge_survives_malformed_cells():
     sub = nbformat.from_dict({"cells": [{"cell_type": "code", "id": ["x"], "metadata": [], "source": 5},
                                         {"cell_type": "code", "metadata": {"tags": "exercise"}, "source": ["def add"]}],
                               "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-    merged, notes = grade.merge_exercises(released, sub)
+    merged, notes = grade_plan.merge_exercises(released, sub)
     assert "未找到练习 [1, 2]" in notes[0]
     assert "NotImplementedError" in _cell(merged, "ex-add").source
 
 
 def test_plan_knows_checks_owners_and_outside_checks():
-    plan = grade.make_plan(learner_notebook(_ref(NAME2)), _ref(NAME2))
+    plan = grade_plan.make_plan(learner_notebook(_ref(NAME2)), _ref(NAME2))
     assert [plan.label(i) for i in plan.checks] == ["check-answers", "check-cube"]
     assert [plan.owner[i] for i in plan.checks] == plan.exercises
     assert list(plan.outside) == plan.checks[:1]

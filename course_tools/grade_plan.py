@@ -1,0 +1,156 @@
+"""The notebook the grader runs for one submission: the reference as released, with the learner's exercises put in.
+
+Reference machinery of :mod:`course_tools.grade` (not taught). :func:`references` reads the
+graded reference notebooks; :func:`merge_exercises` takes every cell from the reference except
+the source of the ``exercise`` cells, which comes from the learner (matched by cell id, then by
+the functions they define, then by order); :func:`make_plan` adds what the grader must know about
+the cells (checks, their exercises, stubs, outside-scored checks, the tamper scan's flags).
+
+Example::
+
+    paths, released = references(Path("solutions"))
+    plan = make_plan(released["01_amp.ipynb"], read_notebook(Path("alice/01_amp.ipynb")))
+"""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from course_tools.grade_answers import OutsideCheck, outside_check
+from course_tools.grade_scan import Flag, scan
+from course_tools.release import learner_notebook
+
+__all__ = ["NOTEBOOK_GLOB", "EXERCISE", "CHECK", "tagged", "cell_source", "references", "merge_exercises", "Plan",
+           "make_plan"]
+
+_MAX_SOURCE = 100_000  # characters of one exercise cell
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"   # the reference notebooks in solutions/
+EXERCISE, CHECK = "exercise", "check"  # the cell tags the grader reads (see CONTRIBUTING.md)
+
+
+def _tags(cell) -> list[str]:
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    tags = metadata.get("tags") if isinstance(metadata, dict) else None
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
+def tagged(cell, tag: str) -> bool:
+    """Whether ``cell`` is a code cell carrying ``tag``."""
+    return isinstance(cell, dict) and cell.get("cell_type") == "code" and tag in _tags(cell)
+
+
+def cell_source(cell) -> str:
+    """A cell's source as one string (whatever shape the file gave it)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else ""
+
+
+def _defined(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.NotebookNode]]:
+    """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells.
+
+    Raises :class:`AuthoringError` for a malformed reference (a grading run must not start on one).
+    """
+    paths = sorted(p for p in Path(solutions).glob(NOTEBOOK_GLOB) if p.is_file())
+    graded = {}
+    for path in paths:
+        released = learner_notebook(nbformat.read(path, as_version=4), path.name)
+        if any(tagged(c, CHECK) for c in released.cells):
+            graded[path.name] = released
+    return paths, graded
+
+
+# ---------------------------------------------------------------- building the notebook to run
+
+def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
+    """``released`` (the learner copy of a reference) with the learner's exercise sources put in: (notebook, notes).
+
+    Exercise cells are matched by cell id, then by the functions they define, then by order among
+    the learner's exercise cells; an exercise not found keeps its stub.
+    """
+    graded = copy.deepcopy(released)
+    ref_ex = [c for c in graded.cells if tagged(c, EXERCISE)]
+    sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    used: set[int] = set()
+    slots: list = [None] * len(ref_ex)
+    by_id = {c["id"]: c for c in sub_code if isinstance(c.get("id"), str)}
+    for k, cell in enumerate(ref_ex):
+        hit = by_id.get(cell.get("id"))
+        if hit is not None:
+            slots[k] = hit
+            used.add(id(hit))
+    by_name = by_order = 0
+    for k, cell in enumerate(ref_ex):  # then a cell defining the same function (untagged, v3, copied)
+        names = _defined(cell_source(cell))
+        if slots[k] is None and names:
+            hit = next((c for c in sub_code if id(c) not in used and names & _defined(cell_source(c))), None)
+            if hit is not None:
+                slots[k], by_name = hit, by_name + 1
+                used.add(id(hit))
+    remaining = [c for c in sub_code if tagged(c, EXERCISE) and id(c) not in used]
+    for k in range(len(ref_ex)):
+        if slots[k] is None and remaining:
+            slots[k], by_order = remaining.pop(0), by_order + 1
+    notes = []
+    too_long = []
+    for k, (cell, hit) in enumerate(zip(ref_ex, slots)):
+        if hit is not None:
+            source = cell_source(hit)
+            if len(source) > _MAX_SOURCE:
+                too_long.append(k + 1)
+            else:
+                cell.source = source
+    missing = [k + 1 for k, s in enumerate(slots) if s is None]
+    n_sub = sum(tagged(c, EXERCISE) for c in sub_code)
+    if by_name or by_order or missing or n_sub != len(ref_ex):
+        notes.append(f"练习格子与参考不一致(旧版本?): 参考 {len(ref_ex)} 个,提交 {n_sub} 个;按 id 匹配 "
+                     f"{len(ref_ex) - by_name - by_order - len(missing)} 个,按函数名匹配 {by_name} 个,按顺序匹配 {by_order} 个"
+                     + (f",未找到练习 {missing}(按未完成计分)" if missing else ""))
+    if too_long:
+        notes.append(f"练习 {too_long} 的代码超过 {_MAX_SOURCE} 个字符,按未完成计分")
+    return graded, notes
+
+
+@dataclass
+class Plan:
+    """The notebook to run for one submission and what the grader knows about its cells."""
+
+    notebook: nbformat.NotebookNode
+    exercises: list[int]
+    checks: list[int]
+    stubs: dict[int, str]
+    owner: dict[int, int | None]          # check index -> the exercise before it
+    outside: dict[int, OutsideCheck]      # check index -> scored by the grader, not the kernel
+    flags: dict[int, list[Flag]]          # exercise index -> suspicious lines
+    notes: list[str]
+
+    def label(self, index: int) -> str:
+        cell = self.notebook.cells[index]
+        if index in self.exercises:
+            return f"练习 {self.exercises.index(index) + 1}({cell.get('id', index)})"
+        if index in self.checks:
+            return str(cell.get("id") or f"check {self.checks.index(index) + 1}")
+        return f"格子 {index}({cell.get('id', '-')})"
+
+
+def make_plan(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> Plan:
+    """Merge, find the check and exercise cells, scan the learner's exercise sources."""
+    notebook, notes = merge_exercises(released, submission)
+    exercises = [i for i, c in enumerate(notebook.cells) if tagged(c, EXERCISE)]
+    checks = [i for i, c in enumerate(notebook.cells) if tagged(c, CHECK)]
+    stubs = {i: cell_source(released.cells[i]) for i in exercises}
+    owner = {c: max((e for e in exercises if e < c), default=None) for c in checks}
+    outside = {c: o for c in checks if (o := outside_check(cell_source(notebook.cells[c]))) is not None}
+    flags = {i: f for i in exercises if (f := scan(cell_source(notebook.cells[i])))}
+    return Plan(notebook, exercises, checks, stubs, owner, outside, flags, notes)
