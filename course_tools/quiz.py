@@ -13,6 +13,10 @@ tolerance) or a short text answer (keyword groups: every group needs one hit).
   cell; prints one ✅/❌ line per question without giving the answers away.
   ``quiz.reveal("q3")`` prints a reference answer.
 
+Each verdict (``grade`` and the 检查 button) goes into the learner's local progress ledger
+(:func:`course_tools.progress.record_quiz`, keyed by the quiz's title): the dashboard shows
+the self-test score.
+
 Widget state is not saved in the notebook, so anything graded automatically (nbval,
 the instructor grader) must go through plain code cells, never the widgets. A reopened
 notebook shows "Error displaying widget: model not found" where an answer bar was, under
@@ -161,6 +165,7 @@ class Quiz:
         """Grade ``{id: answer}``; unknown ids are reported, missing ones count as unanswered."""
         unknown = sorted(set(answers) - set(self.by_id))
         results = {q.id: check(q, answers.get(q.id)) for q in self.questions if q.id in answers}
+        self._record({qid: fb.correct for qid, fb in results.items()})
         if verbose:
             for qid, fb in results.items():
                 print(f"{'✅' if fb.correct else '❌'} {qid}: {fb.message}")
@@ -170,6 +175,11 @@ class Quiz:
             print(f"得分 {right}/{len(self.questions)}"
                   + (f"(未作答 {len(self.questions) - len(results)} 题)" if len(results) < len(self.questions) else ""))
         return results
+
+    def _record(self, verdicts: dict[str, bool]) -> None:
+        from course_tools.progress import record_quiz
+
+        record_quiz(self.title, verdicts, len(self.questions))
 
     def reveal(self, qid: str) -> str:
         """Print (and return) the reference answer of one question."""
@@ -212,6 +222,7 @@ class Quiz:
 
         def on_check(_):
             fb = check(q, read())
+            self._record({q.id: fb.correct})
             color = "green" if fb.correct else "#b00"
             feedback.value = f"<span style='color:{color}'>{'✅' if fb.correct else '❌'} {html.escape(fb.message)}</span>"
 

@@ -10,6 +10,13 @@ In Jupyter a failed check shows at most four lines (❌ 检查未通过 / 期望
 instead of a traceback through the course packages; the cell still ends in an error,
 so "Run All" stops there and nbval and the grader count it as failed.
 
+Every check's outcome goes into the learner's local progress ledger
+(:mod:`course_tools.progress`): a pass from :func:`passed`, a failure where it is shown.
+After a failed check, :func:`hint` (also available as ``hint()`` in the notebook once a
+check module is imported) prints the next tier of that check's hints: a check module may
+define ``HINTS = {"check_name": ("the concept", "the section that teaches it", "the line
+that is usually wrong")}``; tiers never contain the graded answer.
+
 Example (in a check cell)::
 
     from course_tools.checks.nb02_grad_clipping import check_global_clip
@@ -18,27 +25,64 @@ Example (in a check cell)::
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from typing import Any, Callable
 
-__all__ = ["CheckFailed", "passed", "expect", "fail", "call_learner", "failure_lines"]
+__all__ = ["CheckFailed", "passed", "expect", "fail", "call_learner", "failure_lines", "hint"]
 
 _COURSE_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
                      for name in ("course_tools", "course_utils"))
 _MAX_FIELD = 400
+_last_failed: str | None = None      # ledger key of the check that failed last in this process
+_tiers_shown: dict[str, int] = {}    # hint tiers shown in this process (the ledger may be unwritable)
+
+
+def _current_check() -> str | None:
+    """``"nb01_amp.check_amp_train_step"``: the outermost ``check_*`` function of a notebook's check module
+    on the stack (a check may call back into the learner's code, which may call a check)."""
+    found = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith(__name__ + ".nb") and frame.f_code.co_name.startswith("check_"):
+            found = f"{module.rsplit('.', 1)[1]}.{frame.f_code.co_name}"
+        frame = frame.f_back
+    return found
+
+
+def _record(check: str | None, ok: bool) -> None:
+    """Put one outcome into the progress ledger; nothing here can fail the check."""
+    if check is None:
+        return
+    try:
+        from course_tools.progress import record_check
+
+        record_check(check, ok)
+    except Exception:  # noqa: BLE001 (the ledger is a convenience: a check's verdict never depends on it)
+        pass
 
 
 class CheckFailed(AssertionError):
     """A check that did not pass. ``str()`` is ``"期望 …;实际 …"`` (plus the hint)."""
 
     def __init__(self, expected: str, found: str, hint: str = "") -> None:
+        global _last_failed
         self.expected, self.found, self.hint = expected, found, hint
+        self.check = _current_check()
+        if self.check is not None:
+            _last_failed = self.check
         super().__init__(f"期望 {expected};实际 {found}" + (f"(提示: {hint})" if hint else ""))
 
 
 def passed(message: str) -> None:
-    """Print the success line of a check."""
+    """Print the success line of a check and record the pass in the progress ledger."""
+    global _last_failed
     print(f"✅ {message}")
+    check = _current_check()
+    if check is not None and check == _last_failed:
+        _last_failed = None
+    _record(check, True)
 
 
 def fail(expected: str, found: str, hint: str = "") -> None:
@@ -98,7 +142,64 @@ def failure_lines(exc: BaseException) -> list[str]:
 def _show_failure(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_offset: Any = None) -> None:
     # An IPython custom exception handler: an error message whose "traceback" is just our lines.
     # The execute reply stays "error", so Run All stops and nbval / the grader see a failure.
-    shell._showtraceback(etype, evalue, failure_lines(evalue))
+    lines = failure_lines(evalue)
+    check = getattr(evalue, "check", None)
+    _record(check, False)
+    if check is not None and _tiers(check):
+        lines[-1] += "(还卡住?运行 hint() 看下一级提示)"
+    shell._showtraceback(etype, evalue, lines)
+
+
+def _tiers(check: str) -> tuple[str, ...]:
+    """The hint tiers of ``check`` (a ledger key): its module's ``HINTS`` entry, or none."""
+    module_name, _, name = check.partition(".")
+    try:
+        module = __import__(f"{__name__}.{module_name}", fromlist=["HINTS"])
+    except ImportError:
+        return ()
+    return tuple(getattr(module, "HINTS", {}).get(name, ()))
+
+
+def _check_key(check: str | Callable[..., Any]) -> str:
+    """A check function or its name (``"check_global_clip"`` or ``"nb02_grad_clipping.check_global_clip"``)
+    as a ledger key."""
+    if callable(check):
+        return f"{check.__module__.rsplit('.', 1)[1]}.{check.__name__}"
+    if "." in check:
+        return check
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("nb") and callable(getattr(importlib.import_module(f"{__name__}.{info.name}"),
+                                                           check, None)):
+            return f"{info.name}.{check}"
+    return check
+
+
+def hint(check: str | Callable[..., Any] | None = None) -> None:
+    """Print the next, more specific hint tier for the check that failed last (or for ``check``).
+
+    Tiers: the concept, the notebook section that teaches it, the line that is usually wrong.
+    Each call shows one more; the tiers used go into the progress ledger.
+    """
+    key = _last_failed if check is None else _check_key(check)
+    if key is None:
+        print("还没有未通过的检查:先运行练习下面的检查格子;或者写 hint(\"check_函数名\")")
+        return
+    name = key.rsplit(".", 1)[-1]
+    tiers = _tiers(key)
+    if not tiers:
+        print(f"{name} 还没有分级提示:先读检查消息里的「提示」一行,再回到讲它的那一节")
+        return
+    from course_tools.progress import hints_shown, record_hint
+
+    tier = min(max(_tiers_shown.get(key, 0), hints_shown(key)) + 1, len(tiers))
+    _tiers_shown[key] = tier
+    record_hint(key, tier)
+    last = tier == len(tiers)
+    print(f"💡 {name} 提示 {tier}/{len(tiers)}: {tiers[tier - 1]}\n"
+          + ("(这是最后一级:答案不在提示里,对照检查消息改这一处,再运行检查)" if last else "(还不够?再运行 hint())"))
 
 
 def _install_display() -> None:
@@ -109,6 +210,7 @@ def _install_display() -> None:
     shell = get_ipython()
     if shell is not None and hasattr(shell, "set_custom_exc"):
         shell.set_custom_exc((CheckFailed,), _show_failure)
+        shell.user_ns.setdefault("hint", hint)  # hint() works in the notebook without an import
 
 
 _install_display()

@@ -1,0 +1,285 @@
+"""The progress ledger records every check, survives corruption and concurrent kernels, stays inside the
+grader's sandbox, and feeds a dashboard (text, HTML, and the HTML rendered by headless Chromium)."""
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from course_tools import progress
+from course_tools.checks import CheckFailed
+from course_tools.checks.nb08_time_estimate import check_estimate_hours
+from tests.notebook_cells import ROOT
+
+RIGHT = "def estimate_hours(n, e, b, s):\n    return n * e / b / s / 3600\n"
+WRONG = "def estimate_hours(n, e, b, s):\n    return n * e / s / 3600\n"  # the batch size forgotten
+KEY = "nb08_time_estimate.check_estimate_hours"
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "ledger" / ".progress.json"
+    monkeypatch.setenv("COURSE_PROGRESS", str(path))
+    progress._noted.clear()
+    return path
+
+
+def _fn(source: str):
+    namespace: dict = {}
+    exec(source, namespace)
+    return namespace["estimate_hours"]
+
+
+def test_a_passing_check_is_recorded_under_its_notebook_and_name(ledger):
+    check_estimate_hours(_fn(RIGHT))
+    entry = json.loads(ledger.read_text())["checks"][KEY]
+    assert entry["passed"] is True and entry["passes"] == 1 and entry["last"] == "passed"
+    with pytest.raises(CheckFailed) as info:
+        check_estimate_hours(_fn(WRONG))
+    assert info.value.check == KEY  # a failure knows its check; it is recorded where it is shown (the kernel test)
+
+
+def test_switched_off_records_nothing(ledger, monkeypatch):
+    monkeypatch.setenv("COURSE_PROGRESS", "off")
+    check_estimate_hours(_fn(RIGHT))
+    assert progress.ledger_path() is None and not ledger.parent.exists()
+
+
+def test_a_corrupt_ledger_is_moved_aside_with_one_note_and_recording_goes_on(ledger, capsys):
+    ledger.parent.mkdir()
+    ledger.write_text("{ this is not json")
+    check_estimate_hours(_fn(RIGHT))
+    progress.record_check(KEY, True)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(notes) == 1 and "无法读取" in notes[0], notes
+    assert ledger.with_name(".progress.json.corrupt").read_text() == "{ this is not json"
+    assert json.loads(ledger.read_text())["checks"][KEY]["passes"] == 2
+
+
+def test_hand_edited_entries_are_dropped_the_rest_kept(ledger, capsys):
+    ledger.parent.mkdir()
+    good = {"passed": True, "passes": 1, "failures": 0, "hints": 0, "time": "2026-01-01T00:00:00"}
+    ledger.write_text(json.dumps({"checks": {KEY: good, "nb01_amp.check_amp_train_step": {"passed": "yes"},
+                                             "not a key": good}, "quizzes": {"q": {"answers": 3}}}))
+    progress.record_check("nb02_grad_clipping.check_global_clip", False)
+    assert "看不懂的条目" in capsys.readouterr().err
+    data = json.loads(ledger.read_text())
+    assert set(data["checks"]) == {KEY, "nb02_grad_clipping.check_global_clip"} and data["quizzes"] == {}
+    assert data["checks"][KEY] == good
+
+
+def test_an_unwritable_place_never_fails_a_check(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("COURSE_PROGRESS", str(blocker / "sub" / ".progress.json"))  # a parent that is a file
+    check_estimate_hours(_fn(RIGHT))
+    assert capsys.readouterr().err == ""
+
+
+_HAMMER = textwrap.dedent("""
+    import sys
+    from course_tools.progress import record_check, record_hint
+    me, rounds = sys.argv[1], int(sys.argv[2])
+    for i in range(rounds):
+        record_check("nb01_amp.check_shared", i % 2 == 0)
+        record_check(f"nb01_amp.check_{me}", True)
+        record_hint("nb01_amp.check_shared", i % 3 + 1)
+""")
+
+
+def test_two_kernels_writing_at_once_lose_nothing(ledger):
+    rounds = 60
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", _HAMMER, name, str(rounds)], env=env, cwd=ROOT)
+             for name in ("a", "b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    checks = json.loads(ledger.read_text())["checks"]
+    shared = checks["nb01_amp.check_shared"]
+    assert shared["passes"] + shared["failures"] == 2 * rounds and shared["passes"] == rounds
+    assert shared["hints"] == 3
+    assert checks["nb01_amp.check_a"]["passes"] == checks["nb01_amp.check_b"]["passes"] == rounds
+    assert not [p.name for p in ledger.parent.iterdir() if ".tmp" in p.name]
+
+
+def test_the_quiz_records_each_verdict(ledger):
+    from course_tools.quiz import Question, Quiz
+
+    quiz = Quiz([Question("q1", "1+1?", kind="number", answer=2), Question("q2", "2+2?", kind="number", answer=4)],
+                title="测验")
+    quiz.grade({"q1": 2, "q2": 5}, verbose=False)
+    quiz.grade({"q2": 4}, verbose=False)
+    assert json.loads(ledger.read_text())["quizzes"]["测验"]["answers"] == {"q1": True, "q2": True}
+    assert "测验: 答对 2/2" in progress.text()
+
+
+def test_every_released_check_cell_is_an_exercise_with_a_real_check_and_section():
+    import importlib
+
+    found = progress.exercises()
+    cells = sum(1 for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+                for c in nbformat.read(path, as_version=4).cells if "check" in c.get("metadata", {}).get("tags", []))
+    assert len(found) >= cells > 0
+    for ex in found:
+        module, name = ex.check.split(".")
+        assert callable(getattr(importlib.import_module(f"course_tools.checks.{module}"), name)), ex
+        assert ex.notebook[:2] == module[2:4] and ex.section and ex.link.startswith(f"{ex.notebook}.ipynb#"), ex
+
+
+def _ledger_with(passed: list[str]) -> dict:
+    entry = {"passed": True, "passes": 1, "failures": 0, "hints": 2, "time": "2026-01-01T00:00:00"}
+    return {"checks": {k: dict(entry) for k in passed},
+            "quizzes": {"0.4 训练工程常识 · 自测题": {"answers": {"q1": True, "q2": False}, "total": 12}}}
+
+
+def test_dashboard_counts_passes_scores_upgrades_and_names_the_next_exercise():
+    found = progress.exercises()
+    first_nb = [ex for ex in found if ex.notebook == found[0].notebook]
+    ledger = _ledger_with([ex.check for ex in first_nb] + ["nb10_homework.check_config"])
+    rows = {r.notebook: r for r in progress.dashboard(ledger)}
+    assert (rows[found[0].notebook].done, rows[found[0].notebook].total) == (len(first_nb), len(first_nb))
+    assert f"看过 {2 * len(first_nb)} 级提示" in rows[found[0].notebook].detail
+    homework = rows["10_homework"]
+    assert (homework.done, homework.total) == (1, 5) and "1✅ 2·" in homework.detail
+    assert "答对 1/12" in rows[[n for n in rows if n.startswith("09")][0]].detail
+    nxt = progress.next_exercise(ledger)
+    assert nxt == found[len(first_nb)]
+    assert f"notebooks/{nxt.notebook}.ipynb 的「{nxt.section}」" in progress.text(ledger)
+    everything = _ledger_with([ex.check for ex in found] + [f"nb10_homework.{c}" for c in (
+        "check_config", "check_resume", "check_clipping", "check_ema")])
+    assert progress.next_exercise(everything).section.startswith("作业升级 5")
+
+
+class _Table(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.links: list[str] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "a":
+            self.links.append(dict(attrs)["href"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_html_has_one_row_per_notebook_and_links_the_next_section():
+    ledger = _ledger_with([])
+    page = _Table()
+    page.feed(progress.html_table(ledger))
+    rows = progress.dashboard(ledger)
+    assert page.rows[0] == ["笔记本", "通过", "说明"]
+    assert [r[:2] for r in page.rows[1:]] == [[r.notebook, f"{r.done}/{r.total}"] for r in rows]
+    first = progress.exercises()[0]
+    assert page.links[-1] == first.link and first.link.startswith("01_")
+
+
+def test_the_module_prints_the_dashboard(ledger):
+    progress.record_check("nb01_amp.check_needs_scaler", True)
+    out = subprocess.run([sys.executable, "-m", "course_tools.progress"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env={**os.environ})
+    assert out.returncode == 0, out.stderr
+    assert "01_amp" in out.stdout and "1/2" in out.stdout and "check_amp_train_step" in out.stdout
+
+
+def test_in_a_kernel_failures_are_recorded_and_hint_works_without_an_import(ledger):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(WRONG),
+                nbformat.v4.new_code_cell("from course_tools.checks.nb08_time_estimate import check_estimate_hours\n"
+                                          "check_estimate_hours(estimate_hours)"),
+                nbformat.v4.new_code_cell("hint()"), nbformat.v4.new_code_cell("hint()"),
+                nbformat.v4.new_code_cell(RIGHT), nbformat.v4.new_code_cell("check_estimate_hours(estimate_hours)")]
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    shown = [o for o in nb.cells[1].outputs if o.output_type == "error"][0].traceback
+    assert len(shown) <= 4 and "hint()" in shown[-1]
+    from course_tools.checks.nb08_time_estimate import HINTS
+
+    tiers = HINTS["check_estimate_hours"]
+    assert tiers[0] in nb.cells[2].outputs[0].text and tiers[1] in nb.cells[3].outputs[0].text
+    entry = json.loads(ledger.read_text())["checks"][KEY]
+    assert (entry["failures"], entry["passes"], entry["hints"], entry["passed"]) == (1, 1, 2, True)
+
+
+_SANDBOXED = RIGHT + textwrap.dedent("""
+    from course_tools.checks import CheckFailed
+    from course_tools.checks.nb08_time_estimate import check_estimate_hours
+    check_estimate_hours(estimate_hours)
+    try:
+        check_estimate_hours(lambda *a: 1.0)
+    except CheckFailed as exc:
+        print("FAILED", exc.check)
+    from course_tools.progress import ledger_path
+    print("LEDGER", ledger_path(), ledger_path().exists())
+""")
+
+
+@pytest.mark.slow  # two sandboxed Python processes importing torch
+def test_a_graded_sandboxed_run_is_unaffected_and_its_ledger_stays_inside(tmp_path):
+    from course_tools import sandbox
+
+    try:
+        sandbox.check_available()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    inside = tmp_path / "inside" / "p.json"
+    default = progress.NOTEBOOKS / progress.LEDGER_NAME
+    box = sandbox.ScriptBox()
+    try:
+        for name, env in (("default", {}), ("inside", {"COURSE_PROGRESS": str(inside)})):
+            run = tmp_path / name
+            run.mkdir()
+            with open(tmp_path / f"{name}.log", "w+") as log:
+                proc = box([sys.executable, "-c", _SANDBOXED], cwd=Path(sandbox.SANDBOX_CWD), env=env, stdout=log,
+                           writable=run)
+                assert proc.wait(timeout=300) == 0
+                log.seek(0)
+                out = log.read()
+            assert "✅ estimate_hours" in out and f"FAILED {KEY}" in out and "进度记录" not in out, out
+            # default: the course checkout is read-only in the sandbox (its notebooks/ not even mounted): skipped
+            assert f"LEDGER {default if name == 'default' else inside} {name == 'inside'}" in out, out
+    finally:
+        box.close()
+    assert json.loads(inside.read_text())["checks"][KEY]["passes"] == 1  # written in the run's own folder
+
+
+def test_the_dashboard_renders_in_headless_chromium(tmp_path, ledger):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    from nbconvert import HTMLExporter
+
+    progress.record_check("nb01_amp.check_amp_train_step", True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from course_tools.progress import show\nshow()")]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    page = tmp_path / "dashboard.html"
+    page.write_text(HTMLExporter().from_notebook_node(nb)[0], encoding="utf-8")
+    out = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+    dom = out.stdout
+    table = dom[dom.index('<div class="course-progress">'):]
+    parsed = _Table()
+    parsed.feed(table[:table.index("</div>") + 6])
+    assert parsed.rows[1][:2] == ["01_amp", "1/2"]
+    assert parsed.links[-1] == progress.exercises()[1].link
