@@ -24,7 +24,7 @@ from torch import nn
 
 from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
 
-__all__ = ["check_amp_train_step", "check_needs_scaler"]
+__all__ = ["check_amp_train_step", "check_needs_scaler", "HINTS"]
 
 
 _INIT_SCALE = 2.0 ** 10
@@ -166,3 +166,23 @@ def check_needs_scaler(fn) -> None:
             hint = "fp64 需要、fp16 不需要:比较方向反了。范围比 fp32 窄的格式才需要损失缩放"
         expect(answers[dtype] == want, f"needs_scaler({dtype}) 为 {want}", f"{answers[dtype]}", hint)
     passed("只有 fp16 需要 GradScaler: 它的 5 位指数装不下小梯度;bf16 与 fp32 的指数范围相同")
+
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_amp_train_step": (
+        "AMP 的一步里有两件事要对上:前向在 autocast 里用低精度算;反向得到的梯度被 GradScaler 放大了 scale 倍。"
+        "凡是看梯度大小的操作(求范数、裁剪)都要等梯度恢复真实大小之后再做;跳过坏步、调整 scale 都交给 scaler",
+        "重读 01 的「真正的 GradScaler:scale → backward → unscale_ → step → update」一小节,按它的顺序排你的每一行;"
+        "02 的「fp16 下的顺序:先 unscale_,再裁剪」解释了顺序错了会怎样",
+        "最常错的是求范数、裁剪那一行的位置:它要在 unscale_ 之后、scaler 的 step 之前;要返回的是裁剪函数的返回值"
+        "(裁剪前的范数),不是 max_norm;再确认每步开头都清空了上一步的梯度",
+    ),
+    "check_needs_scaler": (
+        "损失缩放要解决的是下溢:很小的梯度在这个格式里变成 0。一个格式会不会比 fp32 更早下溢,"
+        "取决于它的指数位(能表示的范围),而不是尾数位(精度)",
+        "01 的「比特解剖:符号位、指数位、尾数位」一节把各格式的指数位数和能表示的最小正数列在了一起",
+        "常见的错是比较 eps 或位宽(那是精度和大小),或者把比较方向写反:拿这个格式能表示的最小正规数和 fp32 的比,"
+        "比 fp32 的更大才说明它更早下溢",
+    ),
+}

@@ -29,7 +29,7 @@ from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
 from course_utils.clipping import clip_gradients
 
 
-__all__ = ["check_global_clip", "HIDDEN_CANDIDATES", "check_clip_audit"]
+__all__ = ["check_global_clip", "HIDDEN_CANDIDATES", "check_clip_audit", "HINTS"]
 
 
 # ---------------------------------------------------------------- exercise 1
@@ -256,3 +256,22 @@ def check_clip_audit(fn, seed: int = 1234) -> None:
         expect(verdict == truth, f"候选「{description}」判为{'有效' if truth else '无效'}",
                f"判为{'有效' if verdict else '无效'}", hint)
     passed(f"{len(order)} 个隐藏候选训练步(3 个正确,5 个有错)全部判断正确(seed={seed})")
+
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_global_clip": (
+        "全局范数裁剪把所有参数的梯度看成一个长向量:它的 L2 范数超过 max_norm 时,所有梯度乘同一个系数,"
+        "方向不变;没超过时一点不动。返回的是裁剪之前的那个范数",
+        "02 的「1. clip_grad_norm_ 做了什么」一节一步步算了全局范数和缩放系数,可以拿它的数字对照你的中间结果",
+        "常错的几处:parameters 可能是生成器,只能遍历一次(先存成列表);缩放要原地改 .grad(用 mul_),"
+        "给局部变量重新赋值改不到梯度;系数只在小于 1 时才乘;范数要在改梯度之前算好",
+    ),
+    "check_clip_audit": (
+        "裁剪「有效」的意思是:优化器真正施加的那次更新,范数被限制在 max_norm。只看 step 之后的 .grad 不够,"
+        "要看权重实际移动了多少",
+        "02 的「3. fp16 下的顺序:先 unscale_,再裁剪」一节讲了放错位置的裁剪为什么没起作用;练习 2 的说明列出了实验要满足的条件",
+        "常错的是实验本身:梯度要远大于 max_norm(把输入放大很多倍),否则有没有裁剪都一样;用无动量、无权重衰减的 SGD,"
+        "这时施加的梯度范数 = 权重变化的范数 / lr;GradScaler 要启用;判断时留一点浮点误差的余量",
+    ),
+}

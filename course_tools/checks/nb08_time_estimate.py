@@ -26,7 +26,7 @@ import numpy as np
 from course_tools.checks import call_learner, expect, fail, passed
 from course_utils.estimate import training_hours
 
-__all__ = ["REL_TOL", "check_estimate_hours"]
+__all__ = ["REL_TOL", "check_estimate_hours", "HINTS"]
 
 
 # Counting whole steps per epoch (ceil or floor) is also right; with at least 20,000
@@ -77,3 +77,14 @@ def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], floa
         hint = _diagnose(value / want, batch_size, steps_per_sec) if not ok and value > 0 and math.isfinite(value) else ""
         expect(ok, f"{args} ≈ {want:.4g} 小时(相对误差 {REL_TOL:.0%} 以内)", f"{value:.4g} 小时{hint}")
     passed(f"estimate_hours 在 {len(cases)} 组规模(6 组随机 + 章节案例的两种读法)上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")
+
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_estimate_hours": (
+        "训练时长 = 总步数 ÷ 每秒步数。总步数由样本数、epoch 数和 batch 大小决定:每一步处理 batch_size 个样本",
+        "08 的「5. 章节例子重算,以及单位陷阱」一节用章节的例子把每个量算了一遍,并对比了两种读法",
+        "最常错的是单位:steps_per_sec 是「步/秒」不是「样本/秒」,样本数要先按 batch_size 换成步数;"
+        "除完得到的是秒,还要换成小时",
+    ),
+}

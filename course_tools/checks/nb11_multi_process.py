@@ -35,7 +35,7 @@ from torch import nn
 from course_tools.checks import call_learner, expect, fail, passed
 from course_utils.data import batches_per_epoch, epoch_order
 
-__all__ = ["check_rank_batch", "check_strip_module_prefix"]
+__all__ = ["check_rank_batch", "check_strip_module_prefix", "HINTS"]
 
 PREFIX = "module."
 
@@ -234,3 +234,22 @@ def _check_strip_module_prefix(strip_module_prefix: Callable[[dict], Any], seed:
     want_nested = sorted(PREFIX + k for k in plain)
     expect(sorted(out) == want_nested, f"只去掉开头的一个 module.,例如 {want_nested[0]!r}", f"{sorted(out)[:3]}",
            "DDP 只加一层 module.:模型自己叫 module 的子模块(例如 EMA 包装类的 self.module)要保留,不要循环去前缀")
+
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_rank_batch": (
+        "DDP 里每个 rank 训练全局 batch 的一份:所有 rank 用同一个 epoch 顺序、取同一个全局 batch,再把它分成 "
+        "world_size 份、各拿自己那份;合起来不多不少正好是这个全局 batch",
+        "11 的「3. 数据:每个 rank 看到的是什么」一节演示了各 rank 怎样分到样本,以及 epoch 怎样改变顺序",
+        "常错的两处:顺序要随 epoch 变、与 rank 无关(epoch 传给 epoch_order,种子里不加 rank);全局 batch 不能被 "
+        "world_size 整除时余数也要分出去,各份最多差 1 个(torch.chunk 做不到,看看 tensor_split 怎么分)",
+    ),
+    "check_strip_module_prefix": (
+        "DDP 把模型放在一个叫 module 的属性里,所以 state_dict 的每个键前面多了一个 'module.'。"
+        "要做的只是去掉键开头的这一个前缀,值和没有前缀的键都不动",
+        "11 的「6. module. 前缀」一节打印了包装前后的键,并说明了为什么加载会失败",
+        "常错的是字符串方法:lstrip 去掉的是一组字符(会把 embed 吃成 bed),replace 会连键中间的 'module.' 一起删;"
+        "只在键以前缀开头时切掉开头那几个字符;新建一个字典返回,不要改传入的",
+    ),
+}
