@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 from course_tools import progress
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08_time_estimate import check_estimate_hours
-from tests.notebook_cells import ROOT
+from tests.notebook_cells import ROOT, tagged_sources
 
 RIGHT = "def estimate_hours(n, e, b, s):\n    return n * e / b / s / 3600\n"
 WRONG = "def estimate_hours(n, e, b, s):\n    return n * e / s / 3600\n"  # the batch size forgotten
@@ -203,10 +203,10 @@ def test_the_module_prints_the_dashboard(ledger):
 
 
 def test_in_a_kernel_failures_are_recorded_and_hint_works_without_an_import(ledger):
+    # the learner's copy of 08 as released: the stub, then its check cell
+    (stub,), (check,) = (tagged_sources(ROOT / "notebooks" / "08_time_estimate.ipynb", tag) for tag in ("exercise", "check"))
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(WRONG),
-                nbformat.v4.new_code_cell("from course_tools.checks.nb08_time_estimate import check_estimate_hours\n"
-                                          "check_estimate_hours(estimate_hours)"),
+    nb.cells = [nbformat.v4.new_code_cell(stub), nbformat.v4.new_code_cell(check),
                 nbformat.v4.new_code_cell("hint()"), nbformat.v4.new_code_cell("hint()"),
                 nbformat.v4.new_code_cell(RIGHT), nbformat.v4.new_code_cell("check_estimate_hours(estimate_hours)")]
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
