@@ -322,3 +322,35 @@ def test_verdicts_do_not_depend_on_the_seed():
         for name, fns in wrong.items():
             with pytest.raises(CheckFailed):
                 check_resume_equivalence(*fns, seed=seed)
+
+
+# ---------------------------------------------------------------- the notebook's text (issue 20)
+def _cells(folder: str):
+    import nbformat
+    from tests.notebook_cells import ROOT
+    return nbformat.read(ROOT / folder / NAME, as_version=4).cells
+
+
+def test_learner_copy_shows_at_most_350_lines_of_code():
+    lines = sum(len(c.source.splitlines()) for c in _cells("notebooks") if c.cell_type == "code")
+    assert lines <= 350, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/demos_04.py"
+
+
+def test_the_numpy_state_is_described_honestly():
+    """It loads with weights_only=False (a trusted file); only the default weights_only=True refuses it."""
+    cells = _cells("solutions")
+    assert not any("读不回来" in c.source for c in cells), "a numpy RNG state saved with torch.save can be read back"
+    demo = [c.source for c in cells if c.cell_type == "code" and "np.random.get_state()" in c.source]
+    assert demo and "weights_only=False" in demo[0] and "claim(" in demo[0]
+    prose = next(c.source for c in cells if c.cell_type == "markdown" and "np.random.get_state()" in c.source)
+    assert "weights_only=False" in prose and "safe_globals" in prose and "默认" in prose
+
+
+def test_the_ablation_verdicts_come_from_the_one_paired_rule():
+    ablation = next(c.source for c in _cells("solutions") if c.cell_type == "code" and "MISSING = " in c.source)
+    assert ablation.count("paired_comparison(") == 4 and ablation.count(".verdict") >= 1
+    assert ablation.count("claim(") == 3 and "statistics.median" not in ablation
+
+
+def test_the_introduction_says_that_run_all_stops_at_an_unfinished_check():
+    assert "Run All" in _cells("notebooks")[0].source
