@@ -1,7 +1,8 @@
 """The environment of every non-interactive run: the test suite, the grader, homework checks, ``release --execute``.
 
 ``COURSE_FAST=1`` shrinks data and step counts (same code path); wandb stays offline and
-silent, so nothing reaches the network and no login prompt blocks a run.
+silent, so nothing reaches the network and no login prompt blocks a run; ``COURSE_PROGRESS=off``
+keeps tests, grading and releases out of the learner's progress ledger (``course_tools.progress``).
 
 Example::
 
@@ -15,7 +16,8 @@ from typing import Mapping
 
 __all__ = ["QUIET", "quiet_environ"]
 
-QUIET: dict[str, str] = {"COURSE_FAST": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+QUIET: dict[str, str] = {"COURSE_FAST": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                         "COURSE_PROGRESS": "off"}
 
 
 def quiet_environ(base: Mapping[str, str] | None = None, *, override: bool = False) -> dict[str, str]:
