@@ -276,6 +276,17 @@ def test_upgrade_run_passes_launcher_workdir_and_commit_through(tmp_path, capsys
     assert homework.UPGRADES[2].run(folder, workdir=tmp_path / "work", commit="").startswith("升级 3")
 
 
+@pytest.mark.parametrize("upgrade", homework.UPGRADES, ids=lambda u: u.check.__name__)
+def test_each_check_first_prints_the_absolute_paths_of_its_scripts(upgrade, tmp_path, capsys):
+    folder = tmp_path / "hw"
+    fake_train(folder)
+    fake_overfit_pair(folder)
+    message = upgrade.run(folder, workdir=tmp_path / "work")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "运行: " + "、".join(str(folder.resolve() / name) for name in upgrade.scripts)
+    assert lines[-1] == f"✅ {message}" and message.startswith(f"升级 {upgrade.number}")
+
+
 def test_the_resumed_process_sees_only_its_own_folder(tmp_path):
     launcher = RecordingLauncher()
     homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
