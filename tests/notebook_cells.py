@@ -32,3 +32,28 @@ def run_source(source: str) -> dict:
     namespace: dict = {"__name__": "__exercise__"}
     exec(compile(source, "<exercise>", "exec"), namespace)
     return namespace
+
+
+def stub_hints(stub: str) -> list[str]:
+    """The messages of the ``raise NotImplementedError("...")`` lines of a released stub, in order."""
+    import ast
+
+    return [node.exc.args[0].value for node in ast.walk(ast.parse(stub))
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args
+            and isinstance(node.exc.args[0], ast.Constant)]
+
+
+def answer_lines_in(hints: str, solution: str, min_chars: int = 8) -> list[str]:
+    """Lines of the solution's answer (between BEGIN and END SOLUTION) that ``hints`` gives away.
+
+    Compared without spaces and comments; lines of ``min_chars`` characters or fewer are too
+    common (``return x``) to count, unless ``min_chars`` is 0.
+    """
+    squeezed = hints.replace(" ", "")
+    leaked = []
+    for part in solution.split("### BEGIN SOLUTION")[1:]:
+        for line in part.split("### END SOLUTION")[0].splitlines()[1:]:
+            code = line.split("#")[0].strip().replace(" ", "")
+            if code and len(code) > min_chars and code in squeezed:
+                leaked.append(line.strip())
+    return leaked

@@ -6,7 +6,6 @@ its default seed and, in the slow sweep, with 50 other seeds.
 """
 from __future__ import annotations
 
-import ast
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import torch
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb01_amp import check_amp_train_step, check_needs_scaler
 from tests.exercise_isolation import demo_cells_using_exercises
-from tests.notebook_cells import exercise_pairs, run_source
+from tests.notebook_cells import exercise_pairs, run_source, stub_hints
 from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401 (fixture)
 
 NAME = "01_amp.ipynb"
@@ -269,15 +268,9 @@ def test_needs_scaler_wrong_answers_fail_with_their_hint(name):
     assert fragment in str(info.value), str(info.value)
 
 
-def _stub_hint(stub: str) -> str:
-    calls = [node for node in ast.walk(ast.parse(stub)) if isinstance(node, ast.Raise)]
-    assert len(calls) == 1
-    return calls[0].exc.args[0].value
-
-
 def test_stub_hints_contain_no_graded_answer(pairs):
     # needs_scaler's graded answer is "fp16 only", reached through finfo's smallest_normal: the hint names neither
-    hint = _stub_hint(pairs[1][1])
+    (hint,) = stub_hints(pairs[1][1])
     assert hint
     for answer in ("float16", "fp16", "bfloat16", "bf16", "smallest_normal", "tiny", "True", "False"):
         assert answer not in hint, answer

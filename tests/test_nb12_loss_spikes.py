@@ -4,13 +4,12 @@ Each wrong answer is a plausible learner mistake (commented); the check must fai
 with its default seed and, in the slow sweep, with 50 other seeds. The case generator is tested
 too: the reference rule names the cause each case was built with.
 """
-import ast
 
 import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb12_loss_spikes import CAUSES, check_cases, check_diagnose, reference_cause
-from tests.notebook_cells import exercise_pairs, run_source
+from tests.notebook_cells import answer_lines_in, exercise_pairs, run_source, stub_hints
 from tests.sweep import SWEEP_SEEDS, failure_twice
 
 NAME = "12_loss_spikes.ipynb"
@@ -154,14 +153,6 @@ def _solution():
     return run_source(exercise_pairs(NAME)[0][0])["diagnose_spike"]
 
 
-def _stub_hint() -> str:
-    stub = exercise_pairs(NAME)[0][1]
-    for node in ast.walk(ast.parse(stub)):
-        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-            return node.exc.args[0].value
-    raise AssertionError("the stub has no NotImplementedError hint")
-
-
 def test_solution_passes(capsys):
     check_diagnose(_solution())
     assert "✅" in capsys.readouterr().out
@@ -183,12 +174,8 @@ def test_stub_raises_not_implemented_and_fails_check():
 
 def test_stub_hint_contains_no_line_of_the_answer():
     solution, _ = exercise_pairs(NAME)[0]
-    hint = _stub_hint().replace(" ", "")
-    body = solution.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].splitlines()[1:]
-    for line in body:
-        code = line.split("#")[0].strip().replace(" ", "")
-        if len(code) > 8:
-            assert code not in hint, f"the stub hint gives away {line.strip()!r}"
+    (hint,) = stub_hints(exercise_pairs(NAME)[0][1])
+    assert not answer_lines_in(hint, solution), answer_lines_in(hint, solution)
     assert not any(f"'{c}'" in hint or f'"{c}"' in hint for c in CAUSES)
 
 
