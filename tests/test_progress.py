@@ -121,6 +121,19 @@ def test_the_quiz_records_each_verdict(ledger):
     assert "测验: 答对 2/2" in progress.text()
 
 
+def test_the_plain_text_self_test_records_its_score(ledger):
+    # 09's graded answers never pass through the quiz widget: check_self_test_answers records the verdicts itself
+    from course_tools.checks.nb09_quiz import GRADED_IDS, QUIZ, check_self_test_answers
+
+    right = {qid: QUIZ.by_id[qid].answer for qid in GRADED_IDS}
+    with pytest.raises(CheckFailed, match="未作答 q2"):
+        check_self_test_answers(lambda: {**{q: a for q, a in right.items() if q != "q2"}, "q1": "A"})
+    answers = json.loads(ledger.read_text())["quizzes"][QUIZ.title]["answers"]
+    assert "q2" not in answers and answers["q1"] is False and sum(answers.values()) == len(GRADED_IDS) - 2
+    check_self_test_answers(lambda: right)
+    assert f"{QUIZ.title}: 答对 {len(GRADED_IDS)}/{len(QUIZ.questions)}" in progress.text()
+
+
 def test_every_released_check_cell_is_an_exercise_with_a_real_check_and_section():
     import importlib
 

@@ -24,7 +24,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
 
 
-__all__ = ["check_ema_update"]
+__all__ = ["check_ema_update", "HINTS"]
 
 
 def _close(a, b) -> bool:
@@ -102,3 +102,17 @@ def check_ema_update(fn, seed: int = 1234, steps: int = 40) -> None:
                  "缓冲区不做平均,每次都从 model 复制" if averaged
                  else "参数之外还要遍历 zip(ema_model.buffers(), model.buffers()) 并 copy_")
     passed(f"{steps} 步训练中与 AveragedModel + get_ema_multi_avg_fn 一致(decay={decay:.3f},seed={seed})")
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_ema_update": (
+        "EMA 是权重的指数滑动平均:每次更新,旧的平均占大头(decay),当前权重只占一小份;第一次更新时还没有平均可言,"
+        "直接取当前权重。只有参数做平均,BatchNorm 的 running_mean/var 这类缓冲区跟 model 保持一致;"
+        "更新不进计算图,而且要原地改 ema_model 本身",
+        "03 的「1. 手写 EMA 与 AveragedModel 对照」一节把手写的更新和 AveragedModel 逐步对照;"
+        "缓冲区为什么不做平均,见「3. BatchNorm 的缓冲区:容易被忽略的另一半」",
+        "最常错的是做平均的那一行:decay 和 1−decay 写反了(decay 应乘在旧的 EMA 上),或者用 e = … 给循环变量重新赋值"
+        "(改不到模型,要用原地的 mul_ / add_ / lerp_ / copy_);其次是第一次更新没有直接复制、只遍历了 parameters() "
+        "漏掉 buffers(),或者加了本练习不要的衰减率渐升",
+    ),
+}

@@ -20,9 +20,9 @@ import torch
 from course_tools.checks import call_learner, expect, passed
 
 
-__all__ = ["check_set_seed"]
+__all__ = ["check_set_seed", "HINTS"]
 
-_HINTS = {
+_FAILURE_HINTS = {
     "python random": "python 的 random 模块要用 random.seed(seed);random.Random(seed) 只是新建了一个对象",
     "numpy (np.random)": "全局 RNG 要用 np.random.seed(seed);np.random.default_rng(seed) 只是新建一个生成器",
     "torch CPU": "torch.manual_seed(seed)",
@@ -87,10 +87,23 @@ def check_set_seed(set_seed: Callable[[int], None], seed: int = 1234) -> None:
         torch.set_rng_state(saved[2])
     for name in first:
         expect(first[name] == second[name], f"两次 set_seed({seed_a}) 之后 {name} 抽到相同的数",
-               f"{first[name]} 与 {second[name]} 不同:这个生成器没有被设种子", _HINTS[name])
+               f"{first[name]} 与 {second[name]} 不同:这个生成器没有被设种子", _FAILURE_HINTS[name])
     same = [name for name in first if first[name] == other[name]]
     expect(not same, f"set_seed({seed_a}) 与 set_seed({seed_b}) 抽到不同的数",
            f"{', '.join(same)} 两次相同", "种子参数没有被用上:是不是写死了一个常数?")
     expect(seed_a in cuda_calls, f"调用了 torch.cuda.manual_seed_all({seed_a})(所有 GPU 的生成器)",
-           f"记录到的调用 {cuda_calls or '无'}", _HINTS["torch.cuda"] + ";只给 CPU 生成器设种子时 GPU 上的 Dropout 不受控")
+           f"记录到的调用 {cuda_calls or '无'}", _FAILURE_HINTS["torch.cuda"] + ";只给 CPU 生成器设种子时 GPU 上的 Dropout 不受控")
     passed("set_seed 设好了 python random、numpy、torch CPU 和 torch.cuda 四个生成器")
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_set_seed": (
+        "一次训练里有四个互不相干的全局随机数生成器:python 的 random、numpy 的全局 np.random、torch 的 CPU 生成器、"
+        "每块 GPU 的 CUDA 生成器。set_seed 要把四个都设成传入的同一个种子;漏掉一个,那一路的随机数"
+        "(打乱、数据增强、Dropout)就不受控,而且不会有任何报错",
+        "05 的「1. 四个随机数生成器」一节列出了训练里谁在用哪个生成器,并演示了只漏掉 numpy 时两次运行怎样分叉",
+        "常错的是 numpy 那一行:np.random.default_rng 新建一个独立的生成器,全局的 np.random 并没有被设种子"
+        "(random.Random 同理,只是新建了一个对象);其次是漏了 GPU 那一行:没有 GPU 的机器上也要写,"
+        "用给所有卡一起设种子的那个函数;最后,种子要用参数本身,不要写死一个常数",
+    ),
+}

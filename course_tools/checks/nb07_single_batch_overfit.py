@@ -36,7 +36,7 @@ from course_utils.clipping import global_grad_norm
 from course_utils.debug import overfit_one_batch as reference_overfit
 
 __all__ = ["BUGS", "DIAGNOSE_CASES", "Curve", "train_with_bug", "mystery_functions", "diagnose_curves",
-           "check_overfit_one_batch", "check_diagnose"]
+           "check_overfit_one_batch", "check_diagnose", "HINTS"]
 
 
 BUGS = ("healthy", "shuffled_labels", "detached", "wrong_loss", "lr_too_small")
@@ -215,3 +215,25 @@ def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> No
            "训练的必须是传入的 model 本身,不要复制一份或新建模型")
     expect(losses[-1] < 0.1, "返回的最后一个 loss 接近 0", f"{losses[-1]:.4f}")
     passed(f"{steps} 步把一个 batch 的 loss 从 {losses[0]:.3f} 压到 {losses[-1]:.4f},前 {compared} 步与参考的 Adam 一致")
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_overfit_one_batch": (
+        "单 batch 过拟合:同一批数据反复训练,没有 bug 的循环能把 loss 压到接近 0。检查拿你的前 20 步 loss "
+        "和同样初始权重下的标准 Adam 循环逐步比较,所以只是「最后降下来了」不够,每一步都得是标准的一步",
+        "07 的「1. 朴素写法:同一个 batch 喂 200 次」一节就是这个循环的样子;「练习 1:写出 overfit_one_batch」"
+        "的说明列出了要返回什么",
+        "常错的几处:优化器建在循环里面(每步新建,Adam 的状态被清零),或者写死了学习率而没用参数 lr;"
+        "忘了每步清空梯度;记录的是 loss 张量而不是它的数值(.item());loss 要在这一步更新之前算好并记下;"
+        "训练的必须是传入的 model,不要复制一份",
+    ),
+    "check_diagnose": (
+        "几种 bug 靠曲线的形状区分,而不是 loss 的绝对大小:初始 loss 约为 ln(类别数),而隐藏曲线的类别数从 3 到 100 都有,"
+        "固定的 loss 阈值一定会在某个类别数上判错。grad norm 是另一半证据:梯度断了和步子太小,loss 看起来都不降",
+        "07 的「2. 常见 bug 图鉴(bug gallery):每种 bug 的曲线长什么样」一节画了每种 bug 的 loss 和 grad norm;"
+        "mystery_functions 给了三个可以先练手的",
+        "常错的是照着 10 类的数字定阈值(例如「最后的 loss 高于某个数就是 softmax 用了两次」):换成相对初始 loss 的下降比例"
+        "和尾部的抖动;判断的顺序也要紧:先看 grad norm 是否恰好为 0,再看是否已经背下来,"
+        "最后分一步一跳的平台、平滑的平台和几乎不降的直线",
+    ),
+}

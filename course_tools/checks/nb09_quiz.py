@@ -16,12 +16,12 @@ import numbers
 import random
 
 from course_tools.checks import call_learner, expect, passed
-from course_tools.quiz import Question, Quiz, check
+from course_tools.quiz import Question, Quiz
 from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain, troubleshooting_text
 from course_utils.estimate import training_hours
 
 __all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "ORDER_CHOICES", "EMA_REL_TOL", "check_self_test_answers",
-           "check_ema_start_weight"]
+           "check_ema_start_weight", "HINTS"]
 
 
 def _moved(order: list[str], item: str, to: int) -> str:
@@ -139,15 +139,18 @@ GRADED_IDS = [q.id for q in QUESTIONS if q.kind != "text"]
 def check_self_test_answers(answers_fn) -> None:
     """Grade ``answers_fn()`` (a dict {question id: answer}) on every question except the short-answer one.
 
-    The messages never contain an answer: they name the questions that are missing or wrong.
+    The messages never contain an answer: they name the questions that are missing or wrong. The verdicts of
+    the answered questions go into the progress ledger under the quiz's title, like the answer bars' 检查.
     """
     answers = call_learner(answers_fn)
     expect(isinstance(answers, dict), "返回一个 dict,键是题号 \"q1\"…\"q11\",值是你的答案", type(answers).__name__,
            "把答案写成 return {\"q1\": ..., \"q2\": ..., ...} 这样的 dict 字面量")
     missing = [qid for qid in GRADED_IDS if qid not in answers or answers[qid] is None or answers[qid] is ...
                or (isinstance(answers[qid], str) and not answers[qid].strip())]
+    # QUIZ.grade also puts the answered questions' verdicts into the progress ledger: the dashboard's score
+    results = QUIZ.grade({qid: answers[qid] for qid in GRADED_IDS if qid not in missing}, verbose=False)
     expect(not missing, "每道题都作答", f"未作答 {', '.join(missing)}")
-    wrong = [qid for qid in GRADED_IDS if not check(QUIZ.by_id[qid], answers[qid]).correct]
+    wrong = [qid for qid, feedback in results.items() if not feedback.correct]
     expect(not wrong, f"{len(GRADED_IDS)} 题全对", f"答错 {', '.join(wrong)}",
            "先跑第二部分里对应题号的实验;实在想不通再用 QUIZ.reveal(\"题号\") 看参考答案")
     passed(f"自测题 {len(GRADED_IDS)} 题全对")
@@ -194,3 +197,22 @@ def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
             expect(ok, f"ema_start_weight({decay}, {steps}) = {shown_want}(相对误差 ≤ 1e-6)", shown_got,
                    _ema_hint(float(got), decay, steps))
     passed("EMA 里初始权重的占比算对了")
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_self_test_answers": (
+        "这里计分的是你自己对 q1 到 q11 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"
+        "拿不准的题,先想它考的是哪条机制(哪个张量是什么精度、哪一步做了什么),再用实验验证",
+        "09 的「第二部分:用实验验证」里每个实验都标了它对应的题号,跑一遍再对照你的选择;"
+        "每题考的内容在哪一章学过,见「第一部分:题目」的各个小标题",
+        "检查消息只列出答错的题号:一次改一题,改完重新运行检查。常见的失分:多选题少选或多选了一项"
+        "(每个选项都单独判断对错);数字题用了近似公式、写成百分数,或者把每秒样本数当成每秒步数换算",
+    ),
+    "check_ema_start_weight": (
+        "EMA 每次更新时,旧的平均(里面包括初始权重的那一份)整体乘上 decay,新权重补上剩下的部分。"
+        "所以初始权重的占比每更新一次就缩小一次,而且每次缩小的倍数都一样",
+        "09 的「实验 10(第 10 题):EMA 里还剩多少初始权重」用 EMA 类实测了这个占比,可以拿它对照你的函数",
+        "常错的三种:用了线性近似 1 − steps×(1−decay)(只在 steps×(1−decay) 很小时才准,检查里有几千步的情形);"
+        "算成了新权重的占比;更新次数差了一次(steps 为 0 表示一次都还没更新)",
+    ),
+}

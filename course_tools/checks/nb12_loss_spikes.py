@@ -33,7 +33,8 @@ import numpy as np
 
 from course_tools.checks import call_learner, expect, fail, passed
 
-__all__ = ["CAUSES", "WINDOW", "RATIO", "LEAD", "first_alarm", "reference_cause", "check_cases", "check_diagnose"]
+__all__ = ["CAUSES", "WINDOW", "RATIO", "LEAD", "first_alarm", "reference_cause", "check_cases", "check_diagnose",
+           "HINTS"]
 
 CAUSES = ("data", "lr", "numerics")
 WINDOW, RATIO, LEAD = 20, 3.0, 5
@@ -186,7 +187,7 @@ def check_cases(seed: int = 1234) -> list[dict]:
     return cases
 
 
-_HINTS = {
+_FAILURE_HINTS = {
     ("data", "lr"): "一个坏 batch 只坏一步: 先看报警那一步的 batch 统计量(均值、标准差)是否离谱,不要一见 grad norm 尖峰就怪学习率",
     ("data", "numerics"): "这一步的 batch 统计量离谱: 坏数据也能让 loss 变成 inf;先看 batch,再谈精度",
     ("lr", "data"): "报警之前几步 grad norm 已经在涨,或记录的 lr 突然变大: 这是学习率;平滑 loss 分不清持续的上升和坏 batch 的余波",
@@ -205,5 +206,19 @@ def check_diagnose(fn: Callable[[list[dict]], str], seed: int = 1234) -> None:
             fail("返回 'data'、'lr'、'numerics' 三个字符串之一", f"{found!r}(情形: {case['name']})",
                  "只返回这三个英文小写字符串之一")
         expect(found == case["cause"], f"{case['name']} → {case['cause']!r}", repr(found),
-               _HINTS.get((case["cause"], found), ""))
+               _FAILURE_HINTS.get((case["cause"], found), ""))
     passed(f"{len(cases)} 段记录的原因都判断对了(坏数据、学习率、数值各有几种样子)")
+
+# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_diagnose": (
+        "分原因看的是第一次报警的那一步和它之前的几步:坏数据只坏一步,而且那一步的 batch 统计量离谱;"
+        "学习率的问题有预兆(grad norm 先涨,或者记录的 lr 突然变大);数值问题没有预兆,直接出现 NaN/inf。"
+        "只看平滑后的 loss 分不出这三种",
+        "12 的「2. 哪个信号最先看见」一节量出了三种原因各自哪个信号先报警;「6. 练习:只看记录,说出原因」"
+        "把规则写成了四步,按顺序实现",
+        "常错的几处:NaN/inf 和任何数比较都是 False,要先单独判断是否有限(loss 和 grad norm 都要看),"
+        "算近期中位数时也要去掉非有限值;不要一见 NaN 就判数值、一见 grad norm 尖峰就怪学习率:先看 batch 统计量,"
+        "再看预兆;lr 在预热和余弦调度里本来就每步在变,要和它近期的中位数比",
+    ),
+}
