@@ -13,7 +13,14 @@ Example::
                                  price_per_hour=2.4)
     print(est.summary())
 
-Taught in ``08_time_estimate`` §1–3.
+FLOP accounting, MFU and a memory budget (what to predict before the GPU exists)::
+
+    flops = training_flops(model, x)                 # FlopCounterMode: forward + backward of one step
+    by_hand = conv_linear_flops(model, x)            # the same from the layer shapes
+    ratio = mfu(flops.total * steps_per_sec, matmul_peak_flops())
+    budget = memory_budget(count_parameters(model), activations_bytes=...)
+
+Taught in ``08_time_estimate`` §1–3 (time) and §7 (FLOPs, MFU, memory).
 """
 from __future__ import annotations
 
@@ -22,8 +29,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["Throughput", "measure_throughput", "training_hours", "Estimate", "estimate_training_time"]
+__all__ = ["Throughput", "measure_throughput", "training_hours", "Estimate", "estimate_training_time",
+           "StepFlops", "training_flops", "conv_linear_flops", "matmul_peak_flops", "mfu",
+           "MemoryBudget", "memory_budget"]
 
 
 @dataclass
@@ -107,3 +119,116 @@ def estimate_training_time(num_samples: int, epochs: float, batch_size: int, *, 
     hours = training_hours(num_samples, epochs, batch_size, steps_per_sec)
     cost = hours * price_per_hour if price_per_hour is not None else None
     return Estimate(total_steps=total_steps, hours=hours, cost=cost, steps_per_sec=steps_per_sec, note=note)
+
+
+@dataclass
+class StepFlops:
+    """FLOPs of one training step (no optimizer update), split into forward and backward."""
+    forward: int
+    backward: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward
+
+
+def training_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlops:
+    """Forward and backward FLOPs of one step on ``example_input``, counted by ``FlopCounterMode``.
+
+    The loss is cross-entropy against class 0 (its few FLOPs are not counted: FlopCounterMode counts
+    matmuls and convolutions only, a multiply-add as 2 FLOPs). Gradients are left in ``.grad``;
+    call ``zero_grad`` afterwards if the model is used for training. Taught in 08 §7.
+    """
+    with FlopCounterMode(display=False) as counter:
+        out = model(example_input)
+    forward = counter.get_total_flops()
+    target = torch.zeros(out.shape[0], dtype=torch.long, device=out.device)
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(out, target).backward()
+    return StepFlops(forward=forward, backward=counter.get_total_flops())
+
+
+def conv_linear_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlops:
+    """The same count by hand from each Conv2d/Linear layer's shapes (a multiply-add = 2 FLOPs).
+
+    Forward of a layer: ``2 × (outputs) × (inputs each output reads)``, i.e. ``2·N·C_out·H_out·W_out·C_in/groups·k_h·k_w``
+    for a convolution and ``2·N·in·out`` for a linear layer; biases, BN, ReLU and pooling are
+    neglected. Backward: the weight gradient and the input gradient cost one forward each (2×),
+    except for a layer whose input needs no gradient (the first layer: the images) which only
+    computes the weight gradient (1×). Taught in 08 §7.
+    """
+    layers: list[int] = []
+
+    def hook(module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        if isinstance(module, nn.Conv2d):
+            per_output = module.in_channels // module.groups * module.kernel_size[0] * module.kernel_size[1]
+        else:
+            per_output = module.in_features
+        layers.append(2 * output.numel() * per_output)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    try:
+        with torch.no_grad():
+            model(example_input)
+    finally:
+        for handle in handles:
+            handle.remove()
+    # Every layer after the first reads an activation that needs a gradient; the first reads the images.
+    first = 2 if example_input.requires_grad else 1
+    return StepFlops(forward=sum(layers), backward=sum(layers) * 2 - layers[0] * (2 - first))
+
+
+def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
+    """Achievable FLOP/s of this CPU: the best of ``repeats`` timed ``size × size`` matmuls (2·size³ FLOPs each).
+
+    Uses torch's current thread count (``torch.get_num_threads()``); one untimed warm-up. Taught in 08 §7.
+    """
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best
+
+
+def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
+    """Model FLOPs utilisation: the model's FLOPs per second over the hardware's peak. Taught in 08 §7.
+
+    Count the model's FLOPs (forward + backward of the model as written), not what the hardware ran:
+    recomputation (activation checkpointing) adds hardware FLOPs (HFU) but not model FLOPs.
+    """
+    if achieved_flops_per_s < 0 or peak_flops_per_s <= 0:
+        raise ValueError(f"FLOP/s 应为正数,实际是 {achieved_flops_per_s} / {peak_flops_per_s}")
+    return achieved_flops_per_s / peak_flops_per_s
+
+
+@dataclass
+class MemoryBudget:
+    """Bytes of a training step's main memory consumers (see ``memory_budget``)."""
+    weights: int
+    grads: int
+    optimizer_states: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.grads + self.optimizer_states + self.activations
+
+
+_STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+
+
+def memory_budget(n_params: int, optimizer: str = "adamw", activations_bytes: int = 0,
+                  bytes_per_param: int = 4) -> MemoryBudget:
+    """Weights + gradients (``bytes_per_param`` each) + fp32 optimizer states + activations. Taught in 08 §7.
+
+    AdamW keeps two fp32 moments per parameter (``exp_avg``, ``exp_avg_sq``); SGD with momentum one;
+    plain SGD none. ``activations_bytes`` is what autograd saves for backward (01's saved-tensor hook).
+    """
+    if optimizer not in _STATES_PER_PARAM:
+        raise ValueError(f"未知优化器 {optimizer!r};可选: {', '.join(_STATES_PER_PARAM)}")
+    return MemoryBudget(weights=n_params * bytes_per_param, grads=n_params * bytes_per_param,
+                        optimizer_states=n_params * 4 * _STATES_PER_PARAM[optimizer],
+                        activations=activations_bytes)

@@ -1,0 +1,62 @@
+"""course_utils.estimate's FLOP count, MFU and memory budget (taught in 08 §7) against what torch does."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils.estimate import conv_linear_flops, memory_budget, mfu, training_flops
+from course_utils.models import build_model, count_parameters
+
+
+@pytest.mark.parametrize("name", ["small", "tiny"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_analytic_count_agrees_with_flop_counter_on_course_models(name, batch):
+    torch.manual_seed(0)
+    model, x = build_model(name), torch.randn(batch, 3, 32, 32)
+    counted, by_hand = training_flops(model, x), conv_linear_flops(model, x)
+    assert math.isclose(by_hand.forward, counted.forward, rel_tol=0.01), (by_hand, counted)
+    assert math.isclose(by_hand.total, counted.total, rel_tol=0.01), (by_hand, counted)
+    # backward is about 2x forward, a bit less: the first layer computes no input gradient
+    assert 1.6 < counted.backward / counted.forward < 2.0
+
+
+def test_first_layer_input_gradient_is_counted_when_the_input_requires_grad():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+    x = torch.randn(4, 3, 16, 16, requires_grad=True)
+    counted, by_hand = training_flops(model, x), conv_linear_flops(model, x)
+    assert counted == by_hand and counted.backward == 2 * counted.forward
+
+
+def test_hand_formula_for_one_strided_conv():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2, padding=1))
+    flops = conv_linear_flops(model, torch.randn(2, 3, 9, 9))
+    assert flops.forward == 2 * 2 * 4 * 5 * 5 * 3 * 3 * 3   # H_out = (9 + 2 - 3) // 2 + 1 = 5
+    assert flops.backward == flops.forward                  # weight gradient only
+
+
+def test_memory_budget_parts_match_adamw_on_a_course_model():
+    model = build_model("small")
+    n = count_parameters(model)
+    budget = memory_budget(n, "adamw", activations_bytes=1000)
+    optimizer = torch.optim.AdamW(model.parameters())
+    F.cross_entropy(model(torch.randn(2, 3, 32, 32)), torch.tensor([0, 1])).backward()
+    optimizer.step()
+    assert budget.weights == sum(p.numel() * p.element_size() for p in model.parameters()) == 4 * n
+    assert budget.grads == sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+    moments = sum(t.numel() * t.element_size() for s in optimizer.state.values()
+                  for k, t in s.items() if k != "step")
+    assert budget.optimizer_states == moments == 8 * n
+    assert budget.total == 16 * n + 1000
+    assert memory_budget(n, "sgd").optimizer_states == 0
+    with pytest.raises(ValueError):
+        memory_budget(n, "lion")
+
+
+def test_mfu_is_a_ratio_and_rejects_a_zero_peak():
+    assert mfu(3e12, 1e13) == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        mfu(1.0, 0.0)
