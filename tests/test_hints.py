@@ -64,7 +64,7 @@ def _tiers():
 def test_every_check_the_notebook_calls_has_two_or_three_tiers(name):
     module = _module(name)
     called = {ex.check.split(".")[1] for ex in progress.exercises(ROOT / "solutions") if ex.check.startswith(name + ".")}
-    assert called and set(module.HINTS) == called  # (nb12's check_cases is a public helper, not a check)
+    assert called and called <= set(module.HINTS)  # (nb12's check_cases is a public helper, not a check)
     assert all(callable(getattr(module, check)) and check in module.__all__ for check in module.HINTS)
     assert all(2 <= len(t) <= 3 and all(len(s) > 20 for s in t) for t in module.HINTS.values())
 

@@ -44,10 +44,10 @@ def test_no_exercises_and_learner_copy_is_current():
     assert learner.read_text(encoding="utf-8") == render(SOLVED), "notebooks/ 已过期: 运行 python -m course_tools.release"
 
 
-def test_chapter_map_lists_01_to_11():
+def test_chapter_map_lists_01_to_12():
     prose = _text("markdown")
     rows = re.findall(r"^\| (\d\d) \|", prose, flags=re.M)
-    assert rows == [f"{i:02d}" for i in range(1, 12)]
+    assert rows == [f"{i:02d}" for i in range(1, 13)]
     assert rows == sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb") if p.name[:2] != "00")
 
 
