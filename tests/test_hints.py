@@ -15,8 +15,8 @@ from course_tools.checks import CheckFailed, hint
 from tests.notebook_cells import ROOT
 
 # The check modules with tiers so far; the others are still to do (issue 24).
-WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb03_ema", "nb05_reproducibility", "nb07_single_batch_overfit",
-              "nb08_time_estimate", "nb09_quiz", "nb11_multi_process", "nb12_loss_spikes")
+WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb03_ema", "nb04_checkpoint_resume", "nb05_reproducibility",
+              "nb06_monitoring", "nb07_single_batch_overfit", "nb08_time_estimate", "nb09_quiz", "nb11_multi_process", "nb12_loss_spikes")
 _MARKUP = re.compile(r"[`*]")
 
 
@@ -136,6 +136,19 @@ def test_hint_by_name_or_function_and_a_check_without_tiers(ledger, capsys, monk
     monkeypatch.delitem(nb03_ema.HINTS, "check_ema_update")
     hint(nb03_ema.check_ema_update)
     assert "还没有分级提示" in capsys.readouterr().out
+
+
+def test_a_bare_name_two_notebooks_share_asks_for_the_full_name(ledger, capsys, monkeypatch):
+    from course_tools.checks import nb07_single_batch_overfit as nb07, nb12_loss_spikes as nb12
+
+    hint("check_diagnose")                      # nb07 and nb12 both have one
+    out = capsys.readouterr().out
+    assert "nb07_single_batch_overfit.check_diagnose" in out and "nb12_loss_spikes.check_diagnose" in out
+    monkeypatch.setattr(checks, "_last_failed", "nb12_loss_spikes.check_diagnose")
+    hint("check_diagnose")                      # the one that failed last
+    assert nb12.HINTS["check_diagnose"][0] in capsys.readouterr().out
+    hint("nb07_single_batch_overfit.check_diagnose")
+    assert nb07.HINTS["check_diagnose"][0] in capsys.readouterr().out
 
 
 def test_a_pass_clears_the_last_failure(ledger, capsys):

@@ -160,21 +160,20 @@ def _tiers(check: str) -> tuple[str, ...]:
     return tuple(getattr(module, "HINTS", {}).get(name, ()))
 
 
-def _check_key(check: str | Callable[..., Any]) -> str:
-    """A check function or its name (``"check_global_clip"`` or ``"nb02_grad_clipping.check_global_clip"``)
-    as a ledger key."""
+def _check_keys(check: str | Callable[..., Any]) -> list[str]:
+    """Ledger keys a check function or its name may mean (``"check_global_clip"`` or
+    ``"nb02_grad_clipping.check_global_clip"``): one, except for a bare name two notebooks share."""
     if callable(check):
-        return f"{check.__module__.rsplit('.', 1)[1]}.{check.__name__}"
+        return [f"{check.__module__.rsplit('.', 1)[1]}.{check.__name__}"]
     if "." in check:
-        return check
+        return [check]
     import importlib
     import pkgutil
 
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("nb") and callable(getattr(importlib.import_module(f"{__name__}.{info.name}"),
-                                                           check, None)):
-            return f"{info.name}.{check}"
-    return check
+    found = [f"{info.name}.{check}" for info in pkgutil.iter_modules(__path__)
+             if info.name.startswith("nb") and callable(getattr(importlib.import_module(f"{__name__}.{info.name}"),
+                                                                check, None))]
+    return found or [check]
 
 
 def hint(check: str | Callable[..., Any] | None = None) -> None:
@@ -183,7 +182,13 @@ def hint(check: str | Callable[..., Any] | None = None) -> None:
     Tiers: the concept, the notebook section that teaches it, the line that is usually wrong.
     Each call shows one more; the tiers used go into the progress ledger.
     """
-    key = _last_failed if check is None else _check_key(check)
+    keys = [_last_failed] if check is None else _check_keys(check)
+    if len(keys) > 1:  # a bare name two notebooks share: the one that failed last, else ask
+        if _last_failed not in keys:
+            print(f"{check} 在几个 notebook 里都有,请写全名: " + "、".join(f'hint("{k}")' for k in keys))
+            return
+        keys = [_last_failed]
+    key = keys[0]
     if key is None:
         print("还没有未通过的检查:先运行练习下面的检查格子;或者写 hint(\"check_函数名\")")
         return

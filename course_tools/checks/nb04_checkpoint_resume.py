@@ -31,7 +31,7 @@ from course_tools.checks import call_learner, expect, fail, passed
 from course_utils.schedule import make_scheduler
 
 
-__all__ = ["check_resume_equivalence"]
+__all__ = ["check_resume_equivalence", "HINTS"]
 
 _N, _BATCH = 128, 16
 
@@ -168,3 +168,16 @@ def _check(save_checkpoint, load_checkpoint, seed: int) -> None:
            f"续训第 {worst + 1} 步 loss {resumed[worst]:.6f},不中断为 {reference[worst]:.6f}")
     passed(f"断点续训等价: 第 {k_steps} 步保存检查点、换新对象恢复后,{m_steps} 步 loss 与不中断完全一致"
            "(模型、优化器、调度器和三个 CPU 随机数生成器都恢复了)")
+
+
+# ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_resume_equivalence": (
+        "续训要和没中断过一样,检查点里就得有下一步要用到的一切:权重只是其一,优化器的动量、学习率调度走到哪、"
+        "训练到第几个 epoch 和第几步、还有会影响后面抽样的随机数状态,缺一样曲线就会在续训后分叉",
+        "04 的「2. 完整检查点的五要素:手写,再用 course_utils」一节逐项列出了五要素,并用实验展示了少存任何一项的后果",
+        "常错的几处:随机数只存了 torch 的,漏了 Python random、numpy 或 GPU 的生成器;numpy 的状态原样存进去,"
+        "默认的 weights_only=True 读不回;恢复随机数之后又调用了会抽随机数的代码;返回值写成了 (step, epoch)",
+    ),
+}

@@ -31,7 +31,7 @@ from course_tools.checks import call_learner, expect, fail, passed
 from course_utils.alerts import SpikeDetector
 
 
-__all__ = ["WINDOW", "training_curve", "inject_spikes", "reference_spikes", "check_cases", "check_find_spikes"]
+__all__ = ["WINDOW", "training_curve", "inject_spikes", "reference_spikes", "check_cases", "check_find_spikes", "HINTS"]
 
 WINDOW, THRESHOLD, MIN_RATIO = 20, 6.0, 1.5
 
@@ -176,3 +176,17 @@ def check_find_spikes(find_spikes: Callable[[Sequence[float]], Sequence[int]], s
         expect(not extra, want, f"误报了 {extra[:6]}", case["extra"])
     passed("尖峰检测器: 三种量级的正常曲线不误报;尖峰、NaN/inf(单个和连续一段)、挨得近的尖峰全部抓到;"
            "平台、大噪声和开头不足一个窗口时不乱报")
+
+
+# ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_find_spikes": (
+        "尖峰是相对最近一段历史而言的:拿当前值和它之前一个窗口的典型水平比,用对离群值不敏感的统计量(中位数一类),"
+        "而不是拿整条曲线或一个固定数值当基准;非有限值本身就是最严重的报警",
+        "06 的「4. 远程训练的标准做法:尖峰自动报警 + 按时间自动保存检查点」一节用 SpikeDetector 演示了同一条规则,"
+        "练习的说明写了 window、threshold、min_ratio 各管什么",
+        "常错的几处:NaN/inf 混进了历史窗口,之后的中位数全被污染;历史不足 window 个值时就开始判断;"
+        "只用倍数或只用偏离量中的一个条件;返回的是布尔列表或从 1 开始的下标,而不是从 0 开始的下标列表",
+    ),
+}
