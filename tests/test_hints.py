@@ -174,3 +174,20 @@ def test_agents_md_keeps_assistants_out_of_the_solutions_and_the_readme_links_it
     for name in ASSISTANT_FILES:
         text = (ROOT / name).read_text(encoding="utf-8")
         assert "AGENTS.md" in text and "solutions/" in text, name
+
+
+def test_the_homework_checks_have_tiers_that_give_no_line_of_the_reference_scripts():
+    # 10's checks run scripts, so the answer is the reference scripts in solutions/homework/, not exercise cells
+    from course_tools.checks import nb10_homework
+
+    assert set(nb10_homework.HINTS) == {u.check.__name__ for u in nb10_homework.UPGRADES}
+    headings = _headings("nb10_homework")
+    lines = {" ".join(line.split("#")[0].split()) for path in (ROOT / "solutions" / "homework").glob("*.py")
+             for line in path.read_text(encoding="utf-8").splitlines()}
+    lines = {line for line in lines if len(line) >= 12}
+    assert len(lines) > 50
+    for check, tiers in nb10_homework.HINTS.items():
+        assert 2 <= len(tiers) <= 3 and all(len(t) > 20 for t in tiers), check
+        assert any(h and h in _MARKUP.sub("", tiers[1]) for h in headings), (check, tiers[1])
+        for tier in tiers:
+            assert not [line for line in lines if line in " ".join(tier.split())], (check, tier)

@@ -66,7 +66,7 @@ from course_utils.repro import git_commit
 
 __all__ = ["SEED", "SMALL_RUN", "TIMEOUT", "METRICS_CAP", "CONFIG_CAP", "Launcher", "LOCAL", "Upgrade", "UPGRADES",
            "read_records", "read_train_records", "check_config", "check_resume", "check_clipping", "check_ema",
-           "check_overfit"]
+           "check_overfit", "HINTS"]
 
 
 SEED = 1234
@@ -735,3 +735,41 @@ UPGRADES: tuple[Upgrade, ...] = (
     Upgrade(4, "EMA 权重 + 并排评估", (TRAIN,), check_ema),
     Upgrade(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), check_overfit),
 )
+
+
+# ------------------------------------------------------------------ hints in tiers (course_tools.checks.hint)
+
+HINTS: dict[str, tuple[str, ...]] = {
+    "check_config": (
+        "可复现的前提是: 同一个种子两次运行逐步一致,换种子结果就变;而且每次运行都留下足够的记录(全部参数和代码版本),"
+        "事后能说清这条曲线是怎么来的",
+        "10 的「升级 1:set_seed + 配置写成 JSON(commit 1)」一节和它的约定 1 列出了检查传的参数和要读的文件",
+        "常错的几处:种子设在建模型或建 DataLoader 之后;种子写死,没用 --seed;config.json 里只有部分参数或缺 commit;"
+        "step 从 0 开始数,或者 --max-steps 到了没有跳出 epoch 循环",
+    ),
+    "check_resume": (
+        "续训后的曲线要和不中断的运行无缝衔接:检查点必须带上下一步要用到的全部状态,数据也要从中断的位置接着取",
+        "10 的「升级 2:完整检查点 + kill 后续训(commit 2)」一节,以及 04 的「3. 杀进程自测:kill -9 之后能无缝衔接吗?」",
+        "常错的几处:没存或没恢复随机数状态(--dropout 让它立刻暴露);数据从 epoch 开头重新取;metrics.jsonl 没有在存检查点前 flush;"
+        "续训时 step 从 1 重新数;检查点不是原子写入",
+    ),
+    "check_clipping": (
+        "要记录的是裁剪之前的全局梯度范数,它才是报警信号;裁剪本身必须真的改变更新,阈值很小时训练曲线应当不同",
+        "10 的「升级 3:梯度裁剪 + grad norm 日志(commit 3)」一节,以及 02 讲全局范数裁剪的各节",
+        "常错的几处:记录了裁剪之后再算的范数;clipped 写成“调用过裁剪”而不是“范数超过阈值”;"
+        "把阈值传错(例如传了无穷大)导致从没裁剪;裁剪放在优化器更新之后",
+    ),
+    "check_ema": (
+        "EMA 是另一份权重: 每次优化器更新之后向当前权重靠近一点,评估时和原始权重并排报告;它也是训练状态,续训要接得上",
+        "10 的「升级 4:权重的 EMA,与原始权重并排评估(commit 4)」一节,以及 03 讲手写 EMA 的部分",
+        "常错的几处:decay 和 1-decay 写反;在优化器更新之前就更新 EMA;EMA 没存进检查点或续训时没恢复;"
+        "评估 EMA 时其实又评估了一遍原始模型;--ema-decay 0 时仍然输出 EMA 字段",
+    ),
+    "check_overfit": (
+        "单 batch 过拟合是最便宜的排错: 健康的训练代码应当能把一个固定的 batch 背下来;对照脚本注入标签错误,"
+        "必须背不下来,才证明这个测试能抓到这类 bug",
+        "10 的「升级 5:debug_overfit.py 和注入标签错误的对照脚本(commit 5)」一节,以及 07 的单 batch 过拟合",
+        "常错的几处:每一步取了新的 batch 或加了数据增强;对照脚本用固定的错误映射(照样能背下来);"
+        "失败时没有以非 0 退出码结束;没存 samples.png",
+    ),
+}
