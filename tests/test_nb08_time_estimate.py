@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from course_tools.checks import CheckFailed
-from course_tools.checks.nb08_time_estimate import check_estimate_hours
+from course_tools.checks.nb08_time_estimate import check_estimate_hours, check_step_flops
 from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
@@ -20,10 +20,10 @@ from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_sour
 NAME = "08_time_estimate.ipynb"
 
 
-def _pairs():
+def _pairs(index: int = 0):
     pairs = exercise_pairs(NAME)
-    assert len(pairs) == 1, f"期望 1 个练习;实际 {len(pairs)}"
-    return pairs[0]
+    assert len(pairs) == 2, f"期望 2 个练习;实际 {len(pairs)}"
+    return pairs[index]
 
 
 def test_check_passes_on_solution(capsys):
@@ -144,3 +144,102 @@ def test_a_failure_prints_digits_that_differ_and_the_tolerance(factor):
     assert "2% 以内" in info.value.expected
     text = "".join(c.source for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells)
     assert "相对误差 2% 以内" in text
+
+
+# --- the FLOP-count exercise (§8) -------------------------------------------------------------
+
+
+def _side(s):
+    return (s + 2 * 1 - 3) // 2 + 1
+
+
+def _layers(b, s, side=None):
+    """Forward FLOPs of the three layers, by hand (side: the second conv's output size)."""
+    side = _side(s) if side is None else side
+    return 2 * b * 8 * s * s * 27, 2 * b * 16 * side * side * 72, 2 * b * 16 * side * side * 10
+
+
+def _right(b, s):
+    c1, c2, fc = _layers(b, s)
+    return 3 * (c1 + c2 + fc) - c1
+
+
+def test_flops_check_passes_on_solution_and_reference(capsys):
+    solution, _ = _pairs(1)
+    fn = run_source(solution)["step_flops"]
+    check_step_flops(fn)
+    assert "✅" in capsys.readouterr().out
+    check_step_flops(_right)
+
+
+def test_flops_check_fails_on_released_stub():
+    _, stub = _pairs(1)
+    assert "raise NotImplementedError" in stub and "### BEGIN SOLUTION" not in stub
+    with pytest.raises(CheckFailed, match="练习尚未完成"):
+        check_step_flops(run_source(stub)["step_flops"])
+
+
+def test_flops_stub_hint_gives_no_line_of_the_answer_and_no_number_that_passes():
+    solution, stub = _pairs(1)
+    (hint,) = stub_hints(stub)
+    assert not answer_lines_in(hint, solution, min_chars=0), answer_lines_in(hint, solution, min_chars=0)
+    for number in re.findall(r"\d+(?:\.\d+)?", hint):
+        with pytest.raises(CheckFailed):
+            check_step_flops(lambda b, s, v=float(number): v)
+
+
+def test_counting_the_bias_adds_is_accepted():
+    # FlopCounterMode ignores biases; counting their adds (forward, and the bias gradient's sum) is no mistake
+    bias = lambda b, s: b * 8 * s * s + b * 16 * _side(s) ** 2 + b * 10
+    check_step_flops(lambda b, s: _right(b, s) + bias(b, s))
+    check_step_flops(lambda b, s: _right(b, s) + 2 * bias(b, s))
+
+
+FLOP_WRONG_ANSWERS = {
+    # a multiply-add counted as one FLOP
+    "mac_as_one_flop": (lambda b, s: _right(b, s) / 2, "2 个 FLOP"),
+    # backward forgotten: forward only
+    "forward_only": (lambda b, s: sum(_layers(b, s)), "只算了前向"),
+    # backward counted as 1x forward
+    "backward_as_forward": (lambda b, s: 2 * sum(_layers(b, s)), None),
+    # the first layer's input gradient counted too (3x forward everywhere)
+    "first_layer_input_grad": (lambda b, s: 3 * sum(_layers(b, s)), "第一层"),
+    # the stride ignored: the second conv keeps the full size
+    "stride_ignored": (lambda b, s: 3 * sum(_layers(b, s, side=s)) - _layers(b, s)[0], "stride"),
+    # the padding ignored: H_out = (H - 3) // 2 + 1 in the second conv
+    "padding_ignored": (lambda b, s: 3 * sum(_layers(b, s, side=(s - 3) // 2 + 1)) - _layers(b, s)[0], "padding"),
+    # the stride's rounding: s / 2 instead of the floor formula (wrong on odd sizes)
+    "half_side_unrounded": (lambda b, s: 3 * sum(_layers(b, s, side=s / 2)) - _layers(b, s)[0], "stride"),
+    # the batch size forgotten
+    "ignores_batch": (lambda b, s: _right(1, s), None),
+    # parameters instead of FLOPs: the 6·N rule applied to a CNN
+    "six_n_rule": (lambda b, s: 6 * b * (8 * 27 + 16 * 72 + 16 * _side(s) ** 2 * 10), None),
+    # the optimizer update counted as one more forward
+    "optimizer_as_forward": (lambda b, s: _right(b, s) + sum(_layers(b, s)), None),
+    # the number returned as a string
+    "returns_string": (lambda b, s: f"{_right(b, s):,}", "返回一个数"),
+    # no return statement
+    "returns_none": (lambda b, s: None, "返回一个数"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOP_WRONG_ANSWERS))
+def test_flops_check_fails_on_typical_wrong_answers(name):
+    fn, hint = FLOP_WRONG_ANSWERS[name]
+    with pytest.raises(CheckFailed) as info:
+        check_step_flops(fn)
+    assert str(info.value).startswith("期望"), str(info.value)
+    if hint:
+        assert hint in str(info.value), str(info.value)
+
+
+@pytest.mark.slow
+def test_flops_verdicts_do_not_depend_on_the_seed():
+    solution = run_source(_pairs(1)[0])["step_flops"]
+    for seed in range(1, 51):
+        check_step_flops(solution, seed=seed)
+        for name, (fn, hint) in FLOP_WRONG_ANSWERS.items():
+            with pytest.raises(CheckFailed) as info:
+                check_step_flops(fn, seed=seed)
+            if hint:
+                assert hint in str(info.value), (name, seed, str(info.value))

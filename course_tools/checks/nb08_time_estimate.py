@@ -1,4 +1,4 @@
-"""Checks for 08_time_estimate.ipynb: the training-time formula and its unit trap.
+"""Checks for 08_time_estimate.ipynb: the training-time formula and its unit trap; a step's FLOPs by hand.
 
     hours = num_samples * epochs / (batch_size * steps_per_sec * 3600)
 
@@ -9,6 +9,10 @@ chapter's example read both ways:
 (about 16.7 h). A wrong answer is named when its ratio to the right one gives it
 away: the batch size forgotten, steps/s multiplied instead of divided, seconds
 or minutes instead of hours.
+
+``check_step_flops`` compares the learner's hand count of one training step of
+``exercise_model(image_size)`` with ``FlopCounterMode`` (1% tolerance) on seven
+(batch, image size) cases, odd sizes included so that the stride's rounding matters.
 
 Example (in a check cell)::
 
@@ -22,11 +26,13 @@ import numbers
 from typing import Callable
 
 import numpy as np
+import torch
+from torch import nn
 
 from course_tools.checks import call_learner, expect, fail, passed
-from course_utils.estimate import training_hours
+from course_utils.estimate import training_flops, training_hours
 
-__all__ = ["REL_TOL", "check_estimate_hours", "HINTS"]
+__all__ = ["REL_TOL", "check_estimate_hours", "FLOPS_REL_TOL", "exercise_model", "check_step_flops", "HINTS"]
 
 
 # Counting whole steps per epoch (ceil or floor) is also right; with at least 20,000
@@ -79,6 +85,49 @@ def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], floa
     passed(f"estimate_hours 在 {len(cases)} 组规模(6 组随机 + 章节案例的两种读法)上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")
 
 
+FLOPS_REL_TOL = 0.01
+
+
+def exercise_model(image_size: int) -> nn.Sequential:
+    """The exercise's model: conv 3→8 (3×3, padding 1), conv 8→16 (3×3, stride 2, padding 1), linear → 10."""
+    side = (image_size + 2 * 1 - 3) // 2 + 1
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(16 * side * side, 10))
+
+
+def _flops_hint(ratio: float, forward_share: float) -> str:
+    """A hint naming the typical mistake behind ``answer / reference == ratio``."""
+    def near(target: float) -> bool:
+        return abs(math.log(ratio / target)) < 0.005
+
+    if near(0.5):
+        return "(小了一半:一次乘加(multiply-add)是 2 个 FLOP)"
+    if near(forward_share) or near(forward_share / 2):
+        return "(像是只算了前向:反向还要算权重梯度和输入梯度,约为前向的 2 倍)"
+    if near(3 * forward_share):
+        return "(多了第一层的输入梯度:输入是图片,不需要梯度,第一层反向只算权重梯度)"
+    return "(逐层检查输出边长 (H + 2·padding − k) // stride + 1,以及每个输出读了多少个输入)"
+
+
+def check_step_flops(step_flops: Callable[[int, int], float], seed: int = 1234) -> None:
+    """Compare ``step_flops(batch_size, image_size)`` (forward + backward of ``exercise_model``) with FlopCounterMode."""
+    rng = np.random.default_rng(seed)
+    cases = [(32, 32)] + [(int(rng.integers(1, 65)), int(rng.integers(9, 49))) for _ in range(6)]
+    cases.append((int(rng.integers(1, 65)), 2 * int(rng.integers(5, 24)) + 1))   # one odd size for sure
+    for batch_size, image_size in cases:
+        args = f"step_flops({batch_size}, {image_size})"
+        got = call_learner(step_flops, batch_size, image_size)
+        if not isinstance(got, numbers.Real) or isinstance(got, bool):
+            fail(f"{args} 返回一个数(FLOP)", f"{type(got).__name__} {got!r}"[:80], "返回 FLOP 数本身")
+        with torch.random.fork_rng(), torch.device("meta"):   # shapes only: no memory, no compute, no RNG drawn
+            want = training_flops(exercise_model(image_size), torch.randn(batch_size, 3, image_size, image_size))
+        value = float(got)
+        ok = math.isfinite(value) and math.isclose(value, want.total, rel_tol=FLOPS_REL_TOL)
+        hint = _flops_hint(value / want.total, want.forward / want.total) if not ok and value > 0 and math.isfinite(value) else ""
+        expect(ok, f"{args} ≈ {want.total:,} FLOP(FlopCounterMode,相对误差 {FLOPS_REL_TOL:.0%} 以内)", f"{value:,.0f}{hint}")
+    passed(f"step_flops 在 {len(cases)} 组 (batch, 图片边长) 上与 FlopCounterMode 一致(前向 + 反向,误差 {FLOPS_REL_TOL:.0%} 以内)")
+
+
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_estimate_hours": (
@@ -86,5 +135,12 @@ HINTS: dict[str, tuple[str, ...]] = {
         "08 的「5. 章节例子重算,以及单位陷阱」一节用章节的例子把每个量算了一遍,并对比了两种读法",
         "最常错的是单位:steps_per_sec 是「步/秒」不是「样本/秒」,样本数要先按 batch_size 换成步数;"
         "除完得到的是秒,还要换成小时",
+    ),
+    "check_step_flops": (
+        "一层的前向 FLOP = 2 × 输出元素个数 × 每个输出读的输入个数;一次训练步 = 前向 + 反向,"
+        "反向要算权重梯度和输入梯度",
+        "08 的「7. 算力账:FLOP、MFU 和显存预算」一节先用 FlopCounterMode 数了一遍,再逐层手算对上",
+        "最常错的三处:乘加只算 1 个 FLOP;步长为 2 的那层输出边长没按公式取整;"
+        "第一层的输入是图片,反向只有权重梯度那一份",
     ),
 }
