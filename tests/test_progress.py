@@ -216,8 +216,8 @@ def test_the_module_prints_the_dashboard(ledger):
 
 
 def test_in_a_kernel_failures_are_recorded_and_hint_works_without_an_import(ledger):
-    # the learner's copy of 08 as released: the stub, then its check cell
-    (stub,), (check,) = (tagged_sources(ROOT / "notebooks" / "08_time_estimate.ipynb", tag) for tag in ("exercise", "check"))
+    # the learner's copy of 08 as released: its first stub (estimate_hours), then its check cell
+    (stub, *_), (check, *_) = (tagged_sources(ROOT / "notebooks" / "08_time_estimate.ipynb", tag) for tag in ("exercise", "check"))
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(stub), nbformat.v4.new_code_cell(check),
                 nbformat.v4.new_code_cell("hint()"), nbformat.v4.new_code_cell("hint()"),
