@@ -54,7 +54,7 @@ QUOTES = {
         "`training_state(..., ema=ema)` / `restore_training_state(..., ema=ema)` 替你做",
         "`loss`、`acc`:原始权重在测试集(`--data-fraction` 之后的那部分)上的平均 loss 和准确率(0 到 1 之间的数)"],
     5: [("从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
-         "最后 loss 接近 0 就以退出码 0 结束,否则打印排查顺序"),
+         "最后 loss 接近 0 就以退出码 0 结束,否则打印标准排查顺序"),
         "它还把这个 batch 的前 8 张图和标签存成 `samples.png`(`course_utils.debug.show_samples`)",
         "和 `debug_overfit.py` 完全相同,只注入一个标签 bug。",
         "而且每一步重新打乱:同样的图每一步配上不同的标签",
