@@ -181,9 +181,11 @@ def conv_linear_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlop
 def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
     """Achievable FLOP/s of this CPU: the best of ``repeats`` timed ``size × size`` matmuls (2·size³ FLOPs each).
 
-    Uses torch's current thread count (``torch.get_num_threads()``); one untimed warm-up. Taught in 08 §7.
+    Uses torch's current thread count (``torch.get_num_threads()``); one untimed warm-up. Draws its matrices
+    from a private generator: the global random stream (a run's reproducibility) is left untouched. Taught in 08 §7.
     """
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator).to(dtype) for _ in range(2))
     a @ b
     best = float("inf")
     for _ in range(repeats):

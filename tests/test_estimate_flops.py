@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.estimate import conv_linear_flops, memory_budget, mfu, training_flops
+from course_utils.estimate import conv_linear_flops, matmul_peak_flops, memory_budget, mfu, training_flops
 from course_utils.models import build_model, count_parameters
 
 
@@ -60,3 +60,11 @@ def test_mfu_is_a_ratio_and_rejects_a_zero_peak():
     assert mfu(3e12, 1e13) == pytest.approx(0.3)
     with pytest.raises(ValueError):
         mfu(1.0, 0.0)
+
+
+def test_matmul_peak_is_positive_and_leaves_the_global_random_stream_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    assert matmul_peak_flops(64, repeats=2) > 0
+    assert torch.equal(torch.rand(3), expected)
