@@ -43,6 +43,7 @@ BAD_VALUES = {
     "--device": ["gpu", "cuda:x", "tpu"],
     "--logger": ["csv"],
     "--log-every": ["0", "-20"],
+    "--peak-flops": ["-1", "nan", "inf"],
     "--allow-change": ["seed", "batch_size"],
     "--max-bad-steps": ["0", "-1"],
     "--bad-step-window": ["0"],

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import signal
 import sys
@@ -57,7 +58,7 @@ from course_utils.signals import StopSignal
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step", "async_ckpt", "sample_ledger"}
+        "deterministic", "inject_nan_at_step", "async_ckpt", "sample_ledger", "peak_flops"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 
 
@@ -93,6 +94,9 @@ def build_parser() -> Parser:
     p.add_argument("--logger", action="append", choices=["jsonl", "tensorboard", "wandb"],
                    help="repeatable; jsonl is always on")
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
+    p.add_argument("--peak-flops", type=float_in(0), default=0.0,
+                   help="peak FLOP/s per process for the logged mfu (0: measured once at start-up on a CPU; "
+                        "on a GPU give the datasheet's dense number, see 08 §7, or no mfu is logged)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue the run in --out (from scratch if it has none)")
     start.add_argument("--overwrite", action="store_true",
@@ -173,6 +177,7 @@ from course_utils.distributed import (RanksDisagree, any_rank, average, backend_
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.env import pick_device  # noqa: E402
+from course_utils.estimate import matmul_peak_flops, mfu, training_flops  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
@@ -271,6 +276,33 @@ def set_base_lr(optimizer: torch.optim.Optimizer, scheduler, lr: float) -> None:
     for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
         group["initial_lr"] = lr
         group["lr"] = lr * factor(scheduler.last_epoch)
+
+
+class FlopsMonitor(Monitor):
+    """The Monitor, plus ``mfu`` in each timed train record: model FLOPs per sample × samples/s ÷ peak (08 §7)."""
+    flops_per_sample: float = 0.0
+    peak: float | None = None
+
+    def set_mfu(self, flops_per_sample: float, peak: float | None) -> None:
+        self.flops_per_sample, self.peak = flops_per_sample, peak
+
+    def _write(self, record: dict) -> None:
+        if record.get("split") == "train" and record.get("samples_per_sec") and self.peak:
+            record = {**record, "mfu": mfu(record["samples_per_sec"] * self.flops_per_sample, self.peak)}
+        super()._write(record)
+
+
+def model_flops_per_sample(model: torch.nn.Module) -> float:
+    """Forward + backward FLOPs of one 32×32 image, counted on a shape-only copy (no compute, no RNG, no grads)."""
+    with torch.device("meta"):
+        return training_flops(copy.deepcopy(model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
+
+
+def peak_flops_per_s(args: argparse.Namespace, device: torch.device, world_size: int) -> float | None:
+    """The peak the mfu is measured against, all processes together: --peak-flops, else a CPU matmul benchmark."""
+    if args.peak_flops:
+        return args.peak_flops * world_size
+    return matmul_peak_flops() * world_size if device.type == "cpu" else None
 
 
 def pick_rank_device(spec: str, world: World) -> torch.device:
@@ -492,9 +524,10 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
     t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
         if world.launched else t.model
     if main:
-        t.monitor = Monitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
-                            total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
-                            progress=not args.no_progress, trouble_window=args.bad_step_window)
+        t.monitor = FlopsMonitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
+                                 total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
+                                 progress=not args.no_progress, trouble_window=args.bad_step_window)
+        t.monitor.set_mfu(model_flops_per_sample(t.model), peak_flops_per_s(args, t.device, world.size))
         if found:
             t.monitor.load_state_dict(found.state["extra"]["monitor"])
         print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
