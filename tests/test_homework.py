@@ -227,7 +227,7 @@ def test_solution_notebook_runs_every_check_on_the_reference():
     ("check_config", "--out --seed --max-steps --model --data-fraction"),
     ("check_resume", "--out --seed --max-steps --ckpt-every-steps --dropout --model --data-fraction"),
     ("check_clipping", "--out --seed --clip --max-steps --model --data-fraction"),
-    ("check_ema", "--out --seed --max-steps --ema-decay --dropout --model --data-fraction"),
+    ("check_ema", "--out --seed --max-steps --ckpt-every-steps --ema-decay --dropout --model --data-fraction"),
 ])
 def test_released_baseline_fails_naming_the_missing_flags(check, flags):
     with pytest.raises(CheckFailed) as info:
