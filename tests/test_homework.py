@@ -235,6 +235,23 @@ def test_released_baseline_fails_naming_the_missing_flags(check, flags):
     assert f"脚本还不认识 {flags}" in info.value.hint, info.value
 
 
+def test_the_hint_names_every_unknown_flag_whichever_run_fails_first(tmp_path):
+    """check_ema's runs pass different flags; the run that knows fewest flags failing first must
+    not hide the others (CI saw ``--ckpt-every-steps`` missing from the hint when it lost the race)."""
+    script = tmp_path / "train_cifar.py"
+    script.write_text(
+        "import argparse, sys, time\n"
+        "if '--ckpt-every-steps' in sys.argv:\n"
+        "    time.sleep(2)  # the runs that pass it fail last\n"
+        "p = argparse.ArgumentParser()\n"
+        "p.add_argument('--batch-size'); p.add_argument('--epochs')\n"
+        "p.parse_args()\n", encoding="utf-8")
+    with pytest.raises(CheckFailed) as info:
+        homework.check_ema(script)
+    assert "脚本还不认识 --out --seed --max-steps --ckpt-every-steps --ema-decay --dropout --model --data-fraction" \
+        in info.value.hint, info.value
+
+
 # ------------------------------------------------------------------ the grader's interface
 
 def test_upgrades_list_every_check_in_order_with_its_scripts():

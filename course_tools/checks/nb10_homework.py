@@ -225,9 +225,35 @@ class _Run:
         return "Traceback (most recent call last)" in text or bool(re.search(r"^\S+: error: ", text, re.MULTILINE))
 
 
-def _early_exit(run: _Run, rc: int, ok: bool = True) -> None:
+_SIBLING_WAIT = 60.0  # s: how long the runs beside an argparse failure may take to pass or fail argparse
+
+
+def _unknown_in_all(failed: _Run, unknown: list[str], siblings: list[_Run]) -> list[str]:
+    """Every flag the check passes that the script does not know, not only the first run's.
+
+    The runs of one check start side by side with different flags; whichever fails first must
+    not decide what the hint names. Each sibling either passes argparse (it logs a record),
+    exits, or runs out of ``_SIBLING_WAIT``; the flags of those that failed argparse are added,
+    in the order of the longest command line.
+    """
+    others = [r for r in siblings if r is not failed]
+    deadline = time.monotonic() + _SIBLING_WAIT
+    while any(r.poll() is None and not r.records() for r in others) and time.monotonic() < deadline:
+        time.sleep(_POLL)
+    missing = set(unknown)
+    for r in others:
+        if r.poll() not in (None, 0):
+            missing.update(_script_error(r.output(), r.script.parent)[1])
+    runs = sorted((failed, *others), key=lambda r: -len(r.args))  # the fullest command line sets the order
+    order = [a for r in runs for a in r.args if a.startswith("--")]
+    return sorted(missing, key=lambda flag: order.index(flag) if flag in order else len(order))
+
+
+def _early_exit(run: _Run, rc: int, ok: bool = True, siblings: list[_Run] = ()) -> None:
     """Fail with the script's own error: what a learner needs when the script stops early."""
     error, unknown = _script_error(run.output().replace(str(run.out), "runs/hw_check"), run.script.parent)
+    if unknown:
+        unknown = _unknown_in_all(run, unknown, list(siblings))
     expected = f"{run.what} 正常结束(退出码 0)" if ok else f"{run.what} 跑完全程(报告结果,不崩溃)"
     if unknown:
         hint = (f"脚本还不认识 {' '.join(unknown)}:按本节末尾“约定”加上这些参数(检查正是这样调用脚本的)。"
@@ -255,7 +281,7 @@ def _watch(runs: list[_Run], limit: int | None = None, until: Callable[[], bool]
             codes = [run.poll() for run in runs]
             for run, rc in zip(runs, codes):
                 if rc is not None and (rc != 0 if ok else run.crashed()):
-                    _early_exit(run, rc, ok)
+                    _early_exit(run, rc, ok, runs)
                 if limit is not None and run.max_step() > limit:
                     _too_many_steps(run, limit, resumed)
             if all(rc is not None for rc in codes) or (until is not None and until()):
