@@ -36,7 +36,8 @@ from _common import REPO, format_table, header, machine_info, spread, write_json
 
 from course_tools import grade  # noqa: E402
 from course_tools.grade_collect import collect  # noqa: E402
-from course_tools.grade_plan import NOTEBOOK_GLOB, references  # noqa: E402
+from course_tools.cells import NOTEBOOK_GLOB  # noqa: E402
+from course_tools.grade_plan import references  # noqa: E402
 from course_tools.sandbox import check_available  # noqa: E402
 
 MAX_OVERHEAD = 0.10

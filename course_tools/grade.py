@@ -57,7 +57,8 @@ from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collec
 from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
 from course_tools.grade_kernel import CellResult, clean_text, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
-from course_tools.grade_plan import CHECK, Plan, cell_source, make_plan, references, tagged
+from course_tools.cells import CHECK, tagged
+from course_tools.grade_plan import Plan, cell_source, make_plan, references
 from course_tools.release import AuthoringError
 from course_tools.sandbox import GiB, KernelBox, Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 

@@ -29,7 +29,7 @@ never graded. A clone counts as one submission when the learner folders' depth i
 
 Example::
 
-    items, findings = collect([Path("submissions")], sorted(Path("solutions").glob("[0-9][0-9]_*.ipynb")))
+    items, findings = collect([Path("submissions")], sorted(Path("solutions").glob(NOTEBOOK_GLOB)))
 """
 from __future__ import annotations
 

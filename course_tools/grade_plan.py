@@ -20,27 +20,15 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, tagged
 from course_tools.grade_answers import OutsideCheck, outside_check
 from course_tools.grade_scan import Flag, scan
 from course_tools.release import learner_notebook
 
-__all__ = ["NOTEBOOK_GLOB", "EXERCISE", "CHECK", "tagged", "cell_source", "references", "merge_exercises", "Plan",
+__all__ = ["cell_source", "references", "merge_exercises", "Plan",
            "make_plan"]
 
 _MAX_SOURCE = 100_000  # characters of one exercise cell
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"   # the reference notebooks in solutions/
-EXERCISE, CHECK = "exercise", "check"  # the cell tags the grader reads (see CONTRIBUTING.md)
-
-
-def _tags(cell) -> list[str]:
-    metadata = cell.get("metadata") if isinstance(cell, dict) else None
-    tags = metadata.get("tags") if isinstance(metadata, dict) else None
-    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
-
-
-def tagged(cell, tag: str) -> bool:
-    """Whether ``cell`` is a code cell carrying ``tag``."""
-    return isinstance(cell, dict) and cell.get("cell_type") == "code" and tag in _tags(cell)
 
 
 def cell_source(cell) -> str:

@@ -37,6 +37,7 @@ try:
 except ImportError:  # Windows: one kernel at a time is the common case there; the write stays atomic
     fcntl = None  # type: ignore[assignment]
 
+from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_utils.durable import atomic_write_json
 
 __all__ = ["LEDGER_NAME", "NOTEBOOKS", "ledger_path", "load", "record_check", "record_hint", "record_quiz",
@@ -216,7 +217,7 @@ def _anchor(heading: str) -> str:
 def exercises(folder: Path = NOTEBOOKS) -> list[Exercise]:
     """The exercises of the notebooks in ``folder``, in order: one per check call in a ``check`` cell."""
     found = []
-    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+    for path in sorted(folder.glob(NOTEBOOK_GLOB)):
         nb = json.loads(path.read_text(encoding="utf-8"))
         section = ""
         for cell in nb.get("cells", []):
@@ -225,7 +226,7 @@ def exercises(folder: Path = NOTEBOOKS) -> list[Exercise]:
                 for line in source.splitlines():
                     if line.startswith("#"):
                         section = line.lstrip("#").strip()
-            elif "check" in cell.get("metadata", {}).get("tags", []):
+            elif CHECK in tags(cell):
                 module = _IMPORT.search(source)
                 for name in dict.fromkeys(_CALL.findall(source)) if module else ():
                     found.append(Exercise(path.stem, f"{module.group(1)}.{name}", _MARKUP.sub("", section),

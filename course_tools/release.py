@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools.cells import EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
 from course_tools.claims import STRICT_ENV
 from course_tools.quiet import quiet_environ
 
@@ -82,12 +83,11 @@ def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> n
     nb = copy.deepcopy(solved)
     cells = []
     for index, cell in enumerate(nb.cells):
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "solution-only" in tags:
+        if SOLUTION_ONLY in tags(cell):
             continue
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            if BEGIN in cell.source and "exercise" not in tags:
+            if BEGIN in cell.source and EXERCISE not in tags(cell):
                 raise AuthoringError(f"{_where(name, index, cell)}: 含有 {BEGIN},但没有 exercise 标签")
             try:
                 cell.source = strip_solutions(cell.source)
@@ -104,7 +104,7 @@ def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> n
 
 
 def solution_paths() -> list[Path]:
-    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+    return sorted(SOLUTIONS.glob(NOTEBOOK_GLOB))
 
 
 def render(path: Path) -> str:
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {target.relative_to(ROOT)}")
     if args.check and args.only is None:
         expected = {s.name for s in paths}
-        stale += [p.name + " (no source in solutions/)" for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
+        stale += [p.name + " (no source in solutions/)" for p in NOTEBOOKS.glob(NOTEBOOK_GLOB)
                   if p.name not in expected]
     if stale:
         print("notebooks/ 已过期,请运行 python -m course_tools.release:\n  " + "\n  ".join(stale))

@@ -161,3 +161,12 @@ def test_the_package_docstring_names_every_module():
     listed = {line.split("``")[1] for line in course_utils.__doc__.splitlines() if line.startswith("- ``")}
     modules = {m.name for m in pkgutil.iter_modules(course_utils.__path__) if not m.name.startswith("_")}
     assert listed == modules
+
+
+def test_the_course_tools_docstring_names_every_module():
+    import re
+
+    import course_tools
+    listed = set(re.findall(r"``(\w+)``", course_tools.__doc__))
+    modules = {m.name for m in pkgutil.iter_modules(course_tools.__path__) if not m.name.startswith("_")}
+    assert modules <= listed, sorted(modules - listed)
