@@ -4,6 +4,8 @@ Everything here runs offline. ``load_cifar10`` looks for ``cifar-10-batches-py``
 under the data root (argument, else ``$COURSE_DATA``, else ``<repo>/data``) and
 falls back to a deterministic synthetic data set with the same shapes, dtypes,
 class names and normalisation. It prints one line saying which source it uses.
+The stand-in is generated once and kept under the data root (``synthetic/``): the
+next kernel or script loads it in milliseconds instead of generating it again.
 The fallback is only for "no data at all": a ``cifar-10-batches-py`` folder whose
 files are missing, truncated or malformed raises ``UnreadableDataError`` naming the
 file, rather than training on the stand-in and evaluating on real data.
@@ -32,7 +34,11 @@ Taught in ``00_start_here`` §2 (which data), ``05_reproducibility`` §2 (``make
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
+import io
 import os
+import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -40,6 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from course_utils.durable import atomic_write_bytes
 from course_utils.env import by_size
 
 __all__ = ["CLASSES", "MEAN", "STD", "CIFAR_FOLDER", "SYSTEMATIC_SWAP", "CIFARArrays", "UnreadableDataError",
@@ -150,7 +157,7 @@ def load_cifar10(train: bool = True, root: str | os.PathLike | None = None, down
         msg = f"数据: 真实 CIFAR-10 ({split}, {len(ds)} 张) — {reason}"
     else:
         n = by_size(50_000, 5_000) if train else by_size(10_000, 1_000)
-        images, labels = synthetic_cifar10(n, seed=1 if train else 2)
+        images, labels = _cached_synthetic(root, n, seed=1 if train else 2)
         reason += ";使用内置合成替身(放入真实数据或设置 COURSE_DATA 即可切换)"
         ds = CIFARArrays(images, labels, "synthetic", reason, augment, seed)
         msg = f"数据: 合成 CIFAR-10 替身 ({split}, {len(ds)} 张) — {reason}"
@@ -218,6 +225,51 @@ def synthetic_cifar10(n: int, seed: int = 1) -> tuple[np.ndarray, list[int]]:
         img += 0.1 * rng.standard_normal(img.shape, dtype=np.float32)
         out[start:start + m] = np.clip(img * 255, 0, 255).astype(np.uint8)
     return out, labels.tolist()
+
+
+SYNTHETIC_CACHE = "synthetic"  # folder under the data root with the stand-in's arrays, one .npz per split
+
+
+@functools.lru_cache(maxsize=1)
+def _generator_id() -> str:
+    """Names the generator's code and constants: a cache written by another version is never read."""
+    source = inspect.getsource(synthetic_cifar10) + inspect.getsource(_grating)
+    constants = b"".join(a.tobytes() for a in (_THETA, _FREQ, _COLOUR))
+    return hashlib.sha256(source.encode() + constants).hexdigest()[:16]
+
+
+def _cached_synthetic(root: Path, n: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    """``synthetic_cifar10(n, seed)``, kept in ``root/synthetic/`` so that the next process loads it.
+
+    Generating the stand-in takes seconds (50,000 images) and every kernel and script would
+    repeat it; loading takes milliseconds. The file is written with the one atomic write, is
+    read only if its arrays have the expected shapes, dtypes and labels (anything else is
+    regenerated and replaced), and a data root that cannot be written (a read-only checkout,
+    a full disk) just means no cache.
+    """
+    path = root / SYNTHETIC_CACHE / f"{n}-{seed}-{_generator_id()}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            images, labels = saved["images"], saved["labels"]
+        if images.shape == (n, 32, 32, 3) and images.dtype == np.uint8 and labels.shape == (n,) \
+                and labels.dtype.kind == "i" and np.array_equal(np.bincount(labels, minlength=10), _balanced(n)):
+            return images, labels.tolist()
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass  # no cache yet, or a damaged one: generate it again
+    images, labels = synthetic_cifar10(n, seed)
+    buffer = io.BytesIO()
+    np.savez(buffer, images=images, labels=np.asarray(labels, dtype=np.int64))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, buffer.getvalue())
+    except OSError:
+        pass
+    return images, labels
+
+
+def _balanced(n: int) -> np.ndarray:
+    """Images per class of the stand-in: ``n % 10`` classes get one more."""
+    return np.bincount(np.arange(n) % 10, minlength=10)
 
 
 def _grating(rng: np.random.Generator, lab: np.ndarray, xx: np.ndarray, yy: np.ndarray) -> np.ndarray:

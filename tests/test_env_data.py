@@ -1,4 +1,5 @@
 """Foundation: the size switch, device choice, the data sources and the resumable loader."""
+import os
 import pickle
 import subprocess
 import sys
@@ -45,6 +46,42 @@ def test_synthetic_is_deterministic_and_shaped(capsys):
     assert not np.array_equal(other[0], ds.data)
     test = data.load_cifar10(train=False, root="/nonexistent", quiet=True)
     assert len(test) == 1000 and not np.array_equal(test.data[:10], ds.data[:10])
+
+
+def test_the_stand_in_is_cached_under_the_data_root_and_a_damaged_cache_is_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_FAST", "1")
+    first = data.load_cifar10(train=False, root=tmp_path, quiet=True)
+    (cached,) = (tmp_path / data.SYNTHETIC_CACHE).iterdir()
+    expected, labels = data.synthetic_cifar10(1000, seed=2)
+    assert np.array_equal(first.data, expected) and first.targets == labels
+
+    def no_generation(n, seed=1):
+        raise AssertionError("the cache was not read")
+    with monkeypatch.context() as m:
+        m.setattr(data, "synthetic_cifar10", no_generation)
+        again = data.load_cifar10(train=False, root=tmp_path, quiet=True)
+    assert np.array_equal(again.data, expected) and again.targets == labels and type(again.targets[0]) is int
+
+    good = cached.read_bytes()
+    wrong_labels = tmp_path / "wrong.npz"
+    np.savez(wrong_labels, images=expected, labels=np.zeros(1000, dtype=np.int64))
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, images=np.array([None] * 3, dtype=object), labels=np.arange(3))
+    for damaged in (good[: len(good) // 2], b"", wrong_labels.read_bytes(), objects.read_bytes()):
+        cached.write_bytes(damaged)
+        loaded = data.load_cifar10(train=False, root=tmp_path, quiet=True)
+        assert np.array_equal(loaded.data, expected) and loaded.targets == labels
+        assert cached.read_bytes() == good  # replaced by a good copy
+
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    try:
+        if not os.access(readonly, os.W_OK):  # root may write anyway
+            loaded = data.load_cifar10(train=False, root=readonly, quiet=True)
+            assert np.array_equal(loaded.data, expected) and not any(readonly.iterdir())
+    finally:
+        readonly.chmod(0o755)
 
 
 def test_synthetic_is_learnable_but_not_trivial():
