@@ -241,18 +241,16 @@ def _generator_id() -> str:
 def _cached_synthetic(root: Path, n: int, seed: int) -> tuple[np.ndarray, list[int]]:
     """``synthetic_cifar10(n, seed)``, kept in ``root/synthetic/`` so that the next process loads it.
 
-    Generating the stand-in takes seconds (50,000 images) and every kernel and script would
-    repeat it; loading takes milliseconds. The file is written with the one atomic write, is
-    read only if its arrays have the expected shapes, dtypes and labels (anything else is
-    regenerated and replaced), and a data root that cannot be written (a read-only checkout,
-    a full disk) just means no cache.
+    Generating 50,000 images takes seconds in every kernel and script; loading them, milliseconds.
+    Written with the one atomic write; read only if shapes, dtypes and labels are as generated
+    (else regenerated and replaced); a root that cannot be written (read-only, full) means no cache.
     """
     path = root / SYNTHETIC_CACHE / f"{n}-{seed}-{_generator_id()}.npz"
     try:
         with np.load(path, allow_pickle=False) as saved:
             images, labels = saved["images"], saved["labels"]
-        if images.shape == (n, 32, 32, 3) and images.dtype == np.uint8 and labels.shape == (n,) \
-                and labels.dtype.kind == "i" and np.array_equal(np.bincount(labels, minlength=10), _balanced(n)):
+        balanced = labels.dtype.kind == "i" and np.array_equal(np.bincount(labels), np.bincount(np.arange(n) % 10))
+        if images.shape == (n, 32, 32, 3) and images.dtype == np.uint8 and labels.shape == (n,) and balanced:
             return images, labels.tolist()
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         pass  # no cache yet, or a damaged one: generate it again
@@ -265,11 +263,6 @@ def _cached_synthetic(root: Path, n: int, seed: int) -> tuple[np.ndarray, list[i
     except OSError:
         pass
     return images, labels
-
-
-def _balanced(n: int) -> np.ndarray:
-    """Images per class of the stand-in: ``n % 10`` classes get one more."""
-    return np.bincount(np.arange(n) % 10, minlength=10)
 
 
 def _grating(rng: np.random.Generator, lab: np.ndarray, xx: np.ndarray, yy: np.ndarray) -> np.ndarray:
