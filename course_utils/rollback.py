@@ -29,12 +29,15 @@ Example::
     state["extra"]["rollback"] = skips.state_dict()    # in the checkpoint
 
 Taught in ``12_loss_spikes`` §5 (the skip set of a rollback). Reference machinery for the
-professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``; wired in
-there later, not yet).
+professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``): its
+``roll_back`` plans the record and restores ``last_good.pt``, ``next_batch`` asks ``next_position``,
+every checkpoint's ``extra["rollback"]`` holds ``state_dict()`` and the data position, and
+``publish_rollbacks`` writes the event, ``SKIPPED_FILE`` and (with ``status.json``) the history.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -61,8 +64,13 @@ class RollbackRecord:
         return range(self.first_position, self.last_position + 1)
 
     def event(self) -> dict[str, Any]:
-        """A ``metrics.jsonl`` line: ``{"event": "rollback", ...}`` (the plots mark it)."""
-        return {"event": "rollback", "step": self.bad_step, **asdict(self), "skipped": len(self.positions())}
+        """A ``metrics.jsonl`` line: ``{"split": "event", "event": "rollback", ...}`` (the plots mark it).
+
+        Its ``step`` is the restored step, where the trajectory goes on: a resume drops the records
+        after its checkpoint's step, and every checkpoint after the rollback keeps this line.
+        """
+        return {"split": "event", "event": "rollback", "step": self.restored_step, **asdict(self),
+                "skipped": len(self.positions())}
 
     def history_entry(self) -> dict[str, Any]:
         """An entry of ``status.json``'s history."""
@@ -122,6 +130,10 @@ class SkipSet:
                 if r.first_position <= position <= r.last_position:
                     position, moved = r.last_position + 1, True
         return position
+
+    def lr_scale(self) -> float:
+        """What the run's lr is multiplied by after its rollbacks: the product of their ``lr_factor``."""
+        return math.prod(r.lr_factor for r in self.records)
 
     def skipped_positions(self) -> list[int]:
         """Every skipped position, sorted, each once (rollbacks may overlap)."""

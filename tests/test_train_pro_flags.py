@@ -48,12 +48,15 @@ BAD_VALUES = {
     "--max-bad-steps": ["0", "-1"],
     "--bad-step-window": ["0"],
     "--inject-nan-at-step": ["0", "a,b"],
+    "--on-spike": ["skip"], "--skip-batches": ["-1"], "--rollback-lr-factor": ["0", "1.5", "nan"],
+    "--max-rollbacks": ["0"], "--inject-bad-batch": ["-1", "a"],
 }
 # Combinations that are wrong although each value is fine.
 BAD_COMBINATIONS = [
     (["--resume", "--overwrite"], "--overwrite"),
     (["--allow-change", "lr"], "--allow-change"),
     (["--max-bad-steps", "60", "--bad-step-window", "50"], "--max-bad-steps"),
+    (["--skip-batches", "3"], "--skip-batches"),  # a rollback flag without --on-spike rollback
     (["--lrr", "3e-3"], "--lrr"),
     (["--batch", "64"], "--batch"),  # no prefix matching: --batch is not --batch-size
     (["--lr"], "--lr"),

@@ -5,7 +5,8 @@ What it adds to a plain loop, each visible below:
   clipping with the pre-clip norm logged · EMA weights evaluated next to the raw ones ·
   full checkpoints (atomic, checksummed) every N steps and every T seconds · exact resume
   after a kill, mid-epoch included · SIGTERM/Ctrl-C saves and exits · NaN steps skipped ·
-  JSONL/TensorBoard/wandb metrics with spike alerts.
+  JSONL/TensorBoard/wandb metrics with spike alerts · on too many bad steps, stop or (--on-spike
+  rollback) reload last_good.pt, skip the batches that caused it and go on, on the record.
 
   python solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2
   # kill it any time (even kill -9), then continue exactly where it was:
@@ -23,7 +24,7 @@ The run folder (--out) holds one run:
                  change only with --allow-change FIELD, recorded in config.json's "history".
                  --batch-size is the global batch (the whole job's, however many processes).
   status.json    how the run ended: finished / preempted / stopped_bad_steps / failed
-                 (running while it runs). The source of truth, also under launchers that
+                 (running while it runs); "history": the run's rollbacks (--on-spike rollback). The source of truth, also under launchers that
                  fold exit codes. Exit codes of a plain run: 0 finished, 1 failed,
                  2 refused (bad flag or folder conflict: nothing changed), 3 stopped on
                  bad steps, 75 preempted (saved; run again with --resume).
@@ -32,6 +33,8 @@ The run folder (--out) holds one run:
                  kept too until that process ends. Files a resume will not continue from go to
                  corrupt/ or superseded/, never deleted.
   run.lock       a second run in the same folder is refused (fcntl.lockf).
+  skipped_batches.json  --on-spike rollback: every rollback and the sample indices of every global
+                 batch it skipped (course_utils.rollback.SKIPPED_FILE).
 Starting without --resume in a folder that holds a run is refused; --overwrite starts over
 and renames the old run to <out>.replaced-<time>.
 """
@@ -43,10 +46,11 @@ import copy
 import json
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
 from course_utils.distributed import World, leave
@@ -58,8 +62,9 @@ from course_utils.signals import StopSignal
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step", "async_ckpt", "sample_ledger", "peak_flops"}
+        "deterministic", "inject_nan_at_step", "inject_bad_batch", "async_ckpt", "sample_ledger", "peak_flops"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
+ROLLBACK_FLAGS = ("skip_batches", "rollback_lr_factor", "max_rollbacks")  # only with --on-spike rollback
 
 
 def build_parser() -> Parser:
@@ -108,10 +113,25 @@ def build_parser() -> Parser:
                    help="stop when this many of the last --bad-step-window steps were bad (inf/NaN or a loss spike)")
     p.add_argument("--bad-step-window", type=int_at_least(1), default=50,
                    help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
+    add_spike_flags(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
+    p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
     p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
     return p
+
+
+def add_spike_flags(p: Parser) -> None:
+    """What the bad-step alarm does: --on-spike, and the rollback's skip, lr factor and limit."""
+    p.add_argument("--on-spike", choices=["stop", "rollback"], default="stop",
+                   help="when --max-bad-steps fires: stop (exit code 3), or reload last_good.pt in the same process, "
+                        "skip the global batches from there to the bad one + --skip-batches and go on")
+    p.add_argument("--skip-batches", type=int_at_least(0), default=10,
+                   help="--on-spike rollback: global batches skipped after the bad one")
+    p.add_argument("--rollback-lr-factor", type=float_in(0, 1, low_open=True), default=1.0,
+                   help="--on-spike rollback: the lr is multiplied by this at every rollback")
+    p.add_argument("--max-rollbacks", type=int_at_least(1), default=3,
+                   help="--on-spike rollback: the alarm after this many rollbacks stops the run as stop does")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -121,6 +141,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--allow-change 只在 --resume 时有意义")
     if args.max_bad_steps > args.bad_step_window:
         p.error(f"--max-bad-steps {args.max_bad_steps} 大于 --bad-step-window {args.bad_step_window},永远不会触发")
+    defaults = p.parse_args([])
+    given = [f"--{k.replace('_', '-')}" for k in ROLLBACK_FLAGS if getattr(args, k) != getattr(defaults, k)]
+    if given and args.on_spike != "rollback":
+        p.error(f"{', '.join(given)} 只在 --on-spike rollback 时有意义")
     return args
 
 
@@ -172,6 +196,7 @@ from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
                                take_fraction)
+from course_utils.durable import atomic_write_text  # noqa: E402
 from course_utils.distributed import (RanksDisagree, any_rank, average, backend_for, broadcast,  # noqa: E402
                                       from_main, gather, gather_rng_states, same_on_all_ranks, seed_rank, setup,
                                       teardown)
@@ -179,9 +204,11 @@ from course_utils.ema import EMA  # noqa: E402
 from course_utils.env import pick_device  # noqa: E402
 from course_utils.estimate import matmul_peak_flops, mfu, training_flops  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
-from course_utils.monitor import Monitor  # noqa: E402
+from course_utils.monitor import Monitor, read_metrics  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
+from course_utils.rollback import SKIPPED_FILE, SkipSet  # noqa: E402
 from course_utils.schedule import make_scheduler  # noqa: E402
+from course_utils.sinks import JsonlSink  # noqa: E402
 
 
 @torch.no_grad()
@@ -291,6 +318,13 @@ class FlopsMonitor(Monitor):
             record = {**record, "mfu": mfu(record["samples_per_sec"] * self.flops_per_sample, self.peak)}
         super()._write(record)
 
+    def event(self, record: dict) -> None:
+        """An event line (``"split": "event"``) in metrics.jsonl only, after every step record before it."""
+        self.flush()
+        jsonl = next(sink for sink in self.sinks if isinstance(sink, JsonlSink))
+        jsonl.write(record)
+        jsonl.flush()
+
 
 def model_flops_per_sample(model: torch.nn.Module) -> float:
     """Forward + backward FLOPs of one 32×32 image, counted on a shape-only copy (no compute, no RNG, no grads)."""
@@ -369,22 +403,31 @@ class Training:
     scaler: torch.amp.GradScaler
     ema: EMA | None
     manager: CheckpointManager | None  # ranks other than 0 write nothing: no manager, no monitor, no config
+    skips: SkipSet  # the global batches the rollbacks skipped (none with --on-spike stop); in every checkpoint
     ddp_model: torch.nn.Module | None = None  # what trains: the model, wrapped by DDP under torchrun
     monitor: Monitor | None = None
     config: dict | None = None
     step: int = 0
+    position: int = 0  # the global batch position of the next batch (the step, until a rollback skips data)
     last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
+    loader: torch.utils.data.DataLoader | None = None  # this rank's loader of the current run of batches
+    batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
 
 
 class Hooks:
     """What a test or a demo attaches to a run; training runs with this one, which does nothing.
 
     ``attach(model, step)``: once, before the first step (``step``: where the run starts);
+    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
+    about to train on (returns it, or what to train on instead);
     ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
     """
 
     def attach(self, model: torch.nn.Module, step: int) -> None:
         pass
+
+    def before_step(self, step: int, position: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, y
 
     def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
         pass
@@ -394,31 +437,37 @@ class Probes(Hooks):
     """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
 
     ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
-    NaN on every rank: the skip, the alert and the bad-step stop. ``--sample-ledger``: rank 0 appends to
-    ``sample_ledger.jsonl`` one line per step: the sample indices and labels each rank trained on.
+    NaN on every rank: the skip, the alert and the bad-step stop; a step trained again after a rollback
+    is poisoned again (a fault of the step, like a schedule error). ``--inject-bad-batch P,Q``: the
+    images of the global batches at positions P, Q are NaN (a corrupted batch: a fault of the data,
+    which a rollback skips). ``--sample-ledger``: rank 0 appends to ``sample_ledger.jsonl`` one line
+    per step: the sample indices and labels each rank trained on.
     """
 
     def __init__(self, args: argparse.Namespace, world: World) -> None:
-        self.nan_steps = set(args.inject_nan_at_step)
+        self.nan_steps, self.bad_batches = set(args.inject_nan_at_step), set(args.inject_bad_batch)
         self.ledger = args.out / "sample_ledger.jsonl" if args.sample_ledger else None
         self.world = world
         self.step, self.loader, self.shares = 0, None, None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, world: World) -> Hooks:
-        return cls(args, world) if args.inject_nan_at_step or args.sample_ledger else Hooks()
+        wanted = args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger
+        return cls(args, world) if wanted else Hooks()
 
     def attach(self, model: torch.nn.Module, step: int) -> None:
-        self.step = step
         if self.nan_steps:
             model.register_forward_hook(self.poison)
 
+    def before_step(self, step: int, position: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.step = step
+        return (x * float("nan"), y) if position in self.bad_batches else (x, y)
+
     def poison(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
         """A forward hook: NaN outputs in the training forward of a chosen step (evaluation is left alone)."""
-        return output * float("nan") if module.training and self.step + 1 in self.nan_steps else None
+        return output * float("nan") if module.training and self.step in self.nan_steps else None
 
     def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
-        self.step = step
         if self.ledger is None:
             return
         if loader is not self.loader:  # a new epoch (or a resume): this rank's batches of indices, in step with it
@@ -438,7 +487,7 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
     hooks.attach(t.model, t.step)
     t.model.train()
     if world.is_main:
-        run.write_status("running", t.step, total_steps=t.total_steps, world_size=world.size)
+        run.write_status("running", t.step, total_steps=t.total_steps, world_size=world.size, **rollback_history(t))
     return finish(t, loop(t, hooks))
 
 
@@ -487,7 +536,8 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, w
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
     return Training(args, world, stop, run, device, train_ds, test_loader, steps_per_epoch, total_steps, model,
-                    optimizer, scheduler, amp_dtype, make_grad_scaler(device, amp_dtype), ema, manager)
+                    optimizer, scheduler, amp_dtype, make_grad_scaler(device, amp_dtype), ema, manager,
+                    SkipSet(len(train_ds), args.batch_size, args.seed, drop_last=True))
 
 
 def resume(t: Training, saved: dict | None, changes: dict) -> None:
@@ -495,23 +545,16 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
 
     Rank 0 also records the run's identity (config.json, with the allowed changes) and starts the monitor.
     """
-    args, world, main, checkpoints = t.args, t.world, t.world.is_main, t.args.out / "checkpoints"
+    args, world, main = t.args, t.world, t.world.is_main
     found, refusal = None, None
     if args.resume and main:
         try:
             found = choose_checkpoint(args, t.run, t.manager, t.device)
         except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
             refusal = str(exc)
-    name, refusal = broadcast((found.path.name if found else None, refusal))
-    if refusal:
-        raise Refused(refusal)
-    problem = None
-    if name is not None and not main:
-        try:
-            found = LoadedCheckpoint(checkpoints / name, load_verified(checkpoints / name, map_location=t.device))
-        except CorruptCheckpointError as exc:
-            problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
-    same_on_all_ranks(problem or (name, found.state["step"] if found else 0), "续训起点(检查点, step)")
+    found = share_checkpoint(t, found, "续训起点(检查点, step)", refusal)
+    if found and "rollback" in found.state["extra"]:  # the rollbacks so far (checkpoints before them have none)
+        t.skips.load_state_dict(found.state["extra"]["rollback"]["skips"])
     saved_world = restore(t, found) if found else 0  # how many processes wrote the checkpoint
     if main:
         identity = saved or (found.state["config"] if found else None)  # config.json's, or the checkpoint's
@@ -525,27 +568,63 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
     t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
         if world.launched else t.model
     if main:
-        t.monitor = FlopsMonitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
-                                 total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
-                                 progress=not args.no_progress, trouble_window=args.bad_step_window)
-        t.monitor.set_mfu(model_flops_per_sample(t.model), peak_flops_per_s(args, t.device, world.size))
-        if found:
-            t.monitor.load_state_dict(found.state["extra"]["monitor"])
+        start_monitor(t, found, (model_flops_per_sample(t.model), peak_flops_per_s(args, t.device, world.size)))
+        if t.skips.records:  # what a kill in the middle of a rollback left unwritten
+            publish_rollbacks(t)
         print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
               f"train={len(t.train_ds)} test={len(t.test_loader.dataset)} source={t.train_ds.source}"
               + (f" processes={world.size} backend={backend_for(t.device)} (每个进程约 {args.batch_size // world.size}"
                  " 个样本/步)" if world.launched else ""))
 
 
+def share_checkpoint(t: Training, found: LoadedCheckpoint | None, what: str,
+                     refusal: str | None = None) -> LoadedCheckpoint | None:
+    """Every rank: the checkpoint rank 0 chose (``found`` on rank 0, None elsewhere), loaded from the same file.
+
+    ``refusal`` (rank 0's): every rank raises it. ``what`` names the choice in the error if ranks disagree.
+    """
+    name, refusal = broadcast((found.path.name if found else None, refusal))
+    if refusal:
+        raise Refused(refusal)
+    problem, path = None, t.args.out / "checkpoints" / str(name)
+    if name is not None and not t.world.is_main:
+        try:
+            found = LoadedCheckpoint(path, load_verified(path, map_location=t.device))
+        except CorruptCheckpointError as exc:
+            problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
+    same_on_all_ranks(problem or (name, found.state["step"] if found else 0), what)
+    return found
+
+
+def data_position(state: dict) -> int:
+    """The global batch position a checkpoint continues at (its step, in checkpoints from before rollbacks)."""
+    return state["extra"]["rollback"]["position"] if "rollback" in state["extra"] else state["step"]
+
+
 def restore(t: Training, found: LoadedCheckpoint) -> int:
-    """Every rank: weights, optimizer, schedule, scaler, EMA, its RNG state; how many processes saved the file."""
+    """Every rank: weights, optimizer, schedule, scaler, EMA, its RNG state, the data position; how many processes
+    saved the file. The lr is --lr times the rollbacks' factors (``t.skips``)."""
     saved_world = found.state.get("world_size", 1)
     meta = restore_training_state(found.state, model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
                                   scaler=t.scaler, ema=t.ema, rank=t.world.rank,
                                   restore_rng=t.world.rank < saved_world)
     t.step = t.last_saved = meta["step"]
-    set_base_lr(t.optimizer, t.scheduler, t.args.lr)  # --allow-change lr takes effect; unchanged lr: same bits
+    t.position, t.batches = data_position(found.state), None
+    # --allow-change lr and a rollback's factor take effect; an unchanged lr: the same bits
+    set_base_lr(t.optimizer, t.scheduler, t.args.lr * t.skips.lr_scale())
     return saved_world
+
+
+def start_monitor(t: Training, found: LoadedCheckpoint | None, flops: tuple[float, float | None]) -> None:
+    """Rank 0: the monitor from ``t.step`` on (metrics.jsonl cut back to the checkpoint ``found``, its alarms'
+    state restored); ``flops``: model FLOPs per sample and the peak, for the mfu."""
+    args = t.args
+    t.monitor = FlopsMonitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
+                             total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
+                             progress=not args.no_progress, trouble_window=args.bad_step_window)
+    t.monitor.set_mfu(*flops)
+    if found:
+        t.monitor.load_state_dict(found.state["extra"]["monitor"])
 
 
 def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_device: str | None) -> None:
@@ -564,33 +643,28 @@ def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_
 def loop(t: Training, hooks: Hooks) -> ExitCode:
     """One optimizer step per turn; eval and checkpoints where they fall due. FINISHED, BAD_STEPS or PREEMPTED."""
     args, world, main = t.args, t.world, t.world.is_main
-    batches = None
     while t.step < t.total_steps:
         if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
             return ExitCode.PREEMPTED
-        epoch, position = divmod(t.step, t.steps_per_epoch)
-        if batches is None or position == 0:  # a new epoch, or the first batch after a resume
-            loader = make_loader(t.train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=position,
-                                 num_workers=args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
-                                 rank=world.rank, world_size=world.size)  # this rank's share of each global batch
-            batches = t.stop.iterate(loader)
-        x, y = next(batches)
+        x, y = next_batch(t, hooks)
         result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
                             ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
                             loss_weight=len(y) * world.size / args.batch_size)
         t.step += 1
-        hooks.after_step(t.step, loader, y)
+        hooks.after_step(t.step, t.loader, y)
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
         bad = time_to_save = False
         if main:
             t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
-            t.monitor.log_step(t.step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr, args.batch_size,
-                               skipped=result.skipped)
+            t.monitor.log_step(t.step, (t.position - 1) // t.steps_per_epoch, loss, result.clip.norm,
+                               result.clip.clipped, result.lr, args.batch_size, skipped=result.skipped)
             if result.skipped and not t.scaler.is_enabled():
                 t.monitor.alert("non-finite step", f"step {t.step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", t.step)
             bad = t.monitor.trouble.count(t.step) >= args.max_bad_steps  # a rate over a window, not only a streak
             time_to_save = t.manager.should_save(t.step)
         bad, time_to_save = from_main(bad, time_to_save)  # rank 0 holds the metrics and the clock
+        if bad and roll_back(t):  # --on-spike rollback: back to last_good.pt, the data skipped; the loop goes on
+            continue
         if bad:
             return ExitCode.BAD_STEPS
         if t.step % t.steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
@@ -603,6 +677,81 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
     return ExitCode.FINISHED
 
 
+def next_batch(t: Training, hooks: Hooks) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's share of the next global batch: the first position the rollbacks did not skip.
+
+    A new loader at the start of an epoch, after a skip, a resume or a rollback (``make_loader`` starts
+    at any batch of any epoch: the order is a function of (seed, epoch)); past the last epoch the data
+    goes on into the next one, so a run that skipped batches still trains its number of steps.
+    """
+    args, world = t.args, t.world
+    position = t.skips.next_position(t.position)
+    if t.batches is None or position != t.position or position % t.steps_per_epoch == 0:
+        epoch, start_batch = divmod(position, t.steps_per_epoch)
+        t.loader = make_loader(t.train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=start_batch,
+                               num_workers=args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
+                               rank=world.rank, world_size=world.size)  # this rank's share of each global batch
+        t.batches = t.stop.iterate(t.loader)
+    t.position = position + 1
+    return hooks.before_step(t.step + 1, position, *next(t.batches))
+
+
+def roll_back(t: Training) -> bool:
+    """--on-spike rollback, every rank at the same step: reload last_good.pt, skip the global batches from it to the
+    bad one plus --skip-batches, lr times --rollback-lr-factor. False: stop as --on-spike stop does (not asked for,
+    --max-rollbacks reached, or no healthy checkpoint yet).
+
+    The rollback is saved as a checkpoint of the restored step, with the new skip set, before training goes on;
+    a kill before that save resumes from a checkpoint before the spike and replays the same steps to the same
+    rollback, a kill after it only misses records that the resume writes (``publish_rollbacks``).
+    """
+    args, main = t.args, t.world.is_main
+    if args.on_spike != "rollback" or len(t.skips.records) >= args.max_rollbacks:
+        return False
+    started = time.perf_counter()
+    if main:
+        t.manager.wait()  # --async-ckpt: the save in flight is on disk before files move
+    found = share_checkpoint(t, t.manager.load_last_good(map_location=t.device) if main else None,
+                             "回滚到的检查点(last_good.pt, step)")
+    if found is None:
+        return False
+    record = t.skips.plan(bad_step=t.step, bad_position=t.position - 1, restored_step=found.state["step"],
+                          restored_position=data_position(found.state), skip_batches=args.skip_batches,
+                          lr_factor=args.rollback_lr_factor)
+    if t.world.rank >= restore(t, found):  # a rank the healthy checkpoint has no RNG state for (the job grew)
+        seed_rank(args.seed, t.world.rank, t.step)
+    if main:  # the later checkpoints belong to the abandoned trajectory; metrics.jsonl goes back to the restored step
+        flops = (t.monitor.flops_per_sample, t.monitor.peak)
+        t.monitor.close()
+        t.manager.set_aside(t.step, also_copy=(args.out / "metrics.jsonl",))
+        start_monitor(t, found, flops)
+    save(t)
+    if main:
+        publish_rollbacks(t, seconds=time.perf_counter() - started)
+        t.run.write_status("running", t.step, total_steps=t.total_steps, world_size=t.world.size, **rollback_history(t))
+        t.monitor.alert("rolled back", f"step {record.bad_step}: 坏步太多,第 {record.number}/{args.max_rollbacks} 次回滚"
+                        f"到 step {record.restored_step}(last_good.pt),跳过全局 batch {record.first_position}–"
+                        f"{record.last_position}(共 {len(record.positions())} 个,见 {SKIPPED_FILE}),"
+                        f"lr ×{t.skips.lr_scale():g}", record.bad_step)
+    return True
+
+
+def publish_rollbacks(t: Training, seconds: float | None = None) -> None:
+    """Rank 0: the skip set on the record: a ``rollback`` event per rollback in metrics.jsonl (the missing ones:
+    a resume repairs what a kill left unwritten; ``seconds``: how long the newest one took), and SKIPPED_FILE."""
+    written = {r.get("number") for r in read_metrics(t.monitor.path) if r.get("event") == "rollback"}
+    for record in t.skips.records:
+        if record.number not in written:
+            last = record is t.skips.records[-1] and seconds is not None
+            t.monitor.event({**record.event(), **({"seconds": round(seconds, 4)} if last else {})})
+    atomic_write_text(t.args.out / SKIPPED_FILE, t.skips.skipped_json())
+
+
+def rollback_history(t: Training) -> dict:
+    """status.json's ``history``: one entry per rollback (no key without rollbacks)."""
+    return {"history": [r.history_entry() for r in t.skips.records]} if t.skips.records else {}
+
+
 def save(t: Training, metric: float | None = None) -> None:
     """A full checkpoint of this step: every rank sends its RNG state, rank 0 writes."""
     same_on_all_ranks(t.step, "step")  # a rank off by one would save a state that no step had
@@ -611,9 +760,12 @@ def save(t: Training, metric: float | None = None) -> None:
         with t.monitor.paused():
             t.monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
             t.manager.save(training_state(model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
-                                          scaler=t.scaler, ema=t.ema, epoch=t.step // t.steps_per_epoch, step=t.step,
-                                          batch_in_epoch=t.step % t.steps_per_epoch, config=t.config,
-                                          extra={"monitor": t.monitor.state_dict()}, rng_states=rng_states),
+                                          scaler=t.scaler, ema=t.ema, epoch=t.position // t.steps_per_epoch,
+                                          step=t.step, batch_in_epoch=t.position % t.steps_per_epoch,
+                                          config=t.config, rng_states=rng_states,
+                                          extra={"monitor": t.monitor.state_dict(),
+                                                 "rollback": {"skips": t.skips.state_dict(),
+                                                              "position": t.position}}),
                            t.step, metric, healthy=t.monitor.healthy(t.step))
     t.last_saved = t.step
 
@@ -647,8 +799,10 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
             where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
                      "--resume 会从 last_good.pt 继续" if good is not None else
                      "还没有健康的检查点,--resume 会从 step 0 重新开始")
+            rolled = (f"已回滚 {len(t.skips.records)} 次(--max-rollbacks {t.args.max_rollbacks})仍然出现,"
+                      if t.skips.records else "")
             message = (f"最近 {t.args.bad_step_window} 步里有 {t.monitor.trouble.count(step)} 个坏步(inf/NaN 或 "
-                       f"loss 尖峰),在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 "
+                       f"loss 尖峰),{rolled}在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 "
                        "--allow-change lr)或检查数据")
             t.monitor.alert("stopped", message, step)
         elif exit_code == ExitCode.PREEMPTED:
@@ -658,7 +812,7 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
         t.monitor.close()
         t.run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message,
                            total_steps=t.total_steps, last_good_step=t.manager.last_good_step(),
-                           world_size=t.world.size)
+                           world_size=t.world.size, **rollback_history(t))
         if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
             print(message)
     teardown(t.world)  # every rank waits until rank 0 has written status.json, then leaves the process group
