@@ -135,7 +135,7 @@ class WandbSink:
 
 
 class ProgressSink:
-    """A tqdm bar: one tick per training record, the latest values as its postfix."""
+    """A tqdm bar: one tick per training record, the latest values as its postfix (``mfu`` too when the record has it)."""
 
     def __init__(self, total_steps: int | None, resume_step: int | None = None) -> None:
         from tqdm.auto import tqdm
@@ -147,7 +147,8 @@ class ProgressSink:
             smooth = record["loss_smooth"]
             self._bar.set_postfix(loss=f"{record['loss']:.3f}", smooth=f"{smooth if smooth is not None else float('nan'):.3f}",
                                   gnorm=f"{record['grad_norm']:.2f}", lr=f"{record['lr']:.2e}",
-                                  sps=f"{sps:.0f}" if sps else "-", refresh=False)
+                                  sps=f"{sps:.0f}" if sps else "-", refresh=False,
+                                  **({"mfu": f"{record['mfu']:.1%}"} if record.get("mfu") is not None else {}))
             self._bar.update(1)
         else:
             self._bar.write("eval @ step {}: {}".format(record["step"], ", ".join(

@@ -1,9 +1,13 @@
-"""The professional script logs ``mfu`` (08 §7): model FLOPs per sample × samples/s ÷ the peak."""
+"""The professional script logs ``mfu`` (08 §7): model FLOPs per sample × samples/s ÷ the peak; its progress line shows it."""
 from __future__ import annotations
 
 import math
+import time
 
-from tests.pro_runs import TINY, run, train_records
+import torch
+
+from course_utils.monitor import read_metrics
+from tests.pro_runs import TINY, load_script, run, train_records
 from tests.pro_runs import reference  # noqa: F401 (a fixture)
 
 
@@ -20,3 +24,15 @@ def test_a_given_peak_is_used(tmp_path):
     assert code == 0, out[-2000:]
     values = [r["mfu"] for r in train_records(tmp_path / "run") if r["samples_per_sec"] is not None]
     assert values and all(0 < v < 1e-3 for v in values), values
+
+
+def test_the_progress_line_shows_the_mfu(tmp_path, capsys):
+    """The tqdm line carries the mfu of the latest timed record, as metrics.jsonl has it."""
+    monitor = load_script().FlopsMonitor(tmp_path, flush_every=2, total_steps=6, progress=True)
+    monitor.set_mfu(1e6, 1e11)
+    for step in range(1, 7):
+        monitor.log_step(step, 0, torch.tensor(2.3), torch.tensor(1.0), False, 1e-3, 32)
+        time.sleep(0.002)  # a measurable window
+    monitor.close()
+    last = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("mfu") is not None][-1]
+    assert f"mfu={last['mfu']:.1%}" in capsys.readouterr().err
