@@ -18,12 +18,15 @@ FLOP accounting, MFU and a memory budget (what to predict before the GPU exists)
     flops = training_flops(model, x)                 # FlopCounterMode: forward + backward of one step
     by_hand = conv_linear_flops(model, x)            # the same from the layer shapes
     ratio = mfu(flops.total * steps_per_sec, matmul_peak_flops())
-    budget = memory_budget(count_parameters(model), activations_bytes=...)
+    budget = memory_budget(count_parameters(model), activations_bytes=saved_activation_bytes(model, x, y))
+    counted = measured_memory(model, optimizer, x, y)   # the same four parts, tensor by tensor, after one step
 
-Taught in ``08_time_estimate`` §1–3 (time) and §7 (FLOPs, MFU, memory).
+Taught in ``08_time_estimate`` §1–3 (time), §7 (FLOPs, MFU, memory) and §9 (the memory exercise's check).
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -34,8 +37,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["Throughput", "measure_throughput", "training_hours", "Estimate", "estimate_training_time",
-           "StepFlops", "training_flops", "conv_linear_flops", "matmul_peak_flops", "mfu",
-           "MemoryBudget", "memory_budget"]
+           "StepFlops", "training_flops", "conv_linear_flops", "matmul_peak_flops", "mfu", "profile_once",
+           "MemoryBudget", "memory_budget", "saved_activation_bytes", "measured_memory"]
 
 
 @dataclass
@@ -206,6 +209,29 @@ def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
     return achieved_flops_per_s / peak_flops_per_s
 
 
+def profile_once(fn: Callable[[], object]) -> torch.profiler.profile:
+    """Run ``fn`` once under ``torch.profiler`` (CPU, plus CUDA when available); ``.key_averages()`` is the table.
+
+    The profiler's native log lines ("profiler_start", and "gpuGetDeviceCount failed" on a machine
+    without a GPU) go to file descriptor 2, i.e. into the notebook: they are silenced while it runs.
+    Taught in 08 §7.2.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sys.stderr.flush()
+    stderr = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            with torch.profiler.profile(activities=activities) as prof:
+                fn()
+    finally:
+        os.dup2(stderr, 2)
+        os.close(stderr)
+    return prof
+
+
 @dataclass
 class MemoryBudget:
     """Bytes of a training step's main memory consumers (see ``memory_budget``)."""
@@ -234,3 +260,45 @@ def memory_budget(n_params: int, optimizer: str = "adamw", activations_bytes: in
     return MemoryBudget(weights=n_params * bytes_per_param, grads=n_params * bytes_per_param,
                         optimizer_states=n_params * 4 * _STATES_PER_PARAM[optimizer],
                         activations=activations_bytes)
+
+
+def saved_activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
+    """Bytes autograd saves for backward in one forward + cross-entropy on ``(x, y)`` (01's saved-tensor hook).
+
+    Each storage counts once; the input and the parameters (in memory anyway) are left out. No backward
+    is run: the graph is dropped on return. Taught in 08 §7.3.
+    """
+    own = {t.untyped_storage().data_ptr() for t in [x, *model.parameters()]}
+    held: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in own:
+            held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        F.cross_entropy(model(x), y)
+    return sum(held.values())
+
+
+def measured_memory(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                    y: torch.Tensor) -> MemoryBudget:
+    """The four parts of ``memory_budget`` counted on the real tensors after one training step on ``(x, y)``.
+
+    Weights and ``.grad`` from the parameters, optimizer states from ``optimizer.state`` (0-dim ``step``
+    counters left out), activations from ``saved_activation_bytes``. Their sum is the floor of the
+    step's peak: temporaries, allocator caches and library workspaces come on top. Taught in 08 §7.3
+    (the check of §9's exercise measures with it).
+    """
+    activations = saved_activation_bytes(model, x, y)
+    optimizer.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    optimizer.step()
+
+    def nbytes(tensors: list[torch.Tensor]) -> int:
+        return sum(t.untyped_storage().nbytes() for t in tensors)
+
+    params = list(model.parameters())
+    states = [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor) and t.dim()]
+    return MemoryBudget(weights=nbytes(params), grads=nbytes([p.grad for p in params if p.grad is not None]),
+                        optimizer_states=nbytes(states), activations=activations)

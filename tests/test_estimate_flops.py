@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.estimate import conv_linear_flops, matmul_peak_flops, memory_budget, mfu, training_flops
+from course_utils.estimate import (conv_linear_flops, matmul_peak_flops, measured_memory, memory_budget, mfu,
+                                   profile_once, saved_activation_bytes, training_flops)
 from course_utils.models import build_model, count_parameters
 
 
@@ -68,3 +69,30 @@ def test_matmul_peak_is_positive_and_leaves_the_global_random_stream_alone():
     torch.manual_seed(0)
     assert matmul_peak_flops(64, repeats=2) > 0
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_saved_activations_of_an_mlp_are_the_relu_outputs_once_and_the_loss_buffers():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 10))
+    x, y = torch.randn(5, 8), torch.zeros(5, dtype=torch.long)
+    # ReLU outputs (each also the next Linear's input, counted once), log-softmax output, the labels, a scalar
+    assert saved_activation_bytes(model, x, y) == 4 * 5 * (32 + 16) + 4 * 5 * 10 + 8 * 5 + 4
+
+
+def test_measured_memory_matches_the_budget_for_adamw_and_counts_the_real_tensors():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 10))
+    x, y = torch.randn(5, 8), torch.zeros(5, dtype=torch.long)
+    optimizer = torch.optim.AdamW(model.parameters())
+    counted = measured_memory(model, optimizer, x, y)
+    n = count_parameters(model)
+    assert counted == memory_budget(n, "adamw", activations_bytes=saved_activation_bytes(model, x, y))
+    assert all(p.grad is not None for p in model.parameters()) and len(optimizer.state) == 4  # a real step ran
+    sgd = measured_memory(model, torch.optim.SGD(model.parameters(), lr=0.1), x, y)
+    assert sgd.optimizer_states == 0 and sgd.weights == 4 * n
+
+
+def test_profile_once_records_the_ops_and_keeps_stderr(capfd):
+    prof = profile_once(lambda: torch.randn(16, 16) @ torch.randn(16, 16))
+    assert any(e.key == "aten::mm" for e in prof.key_averages())
+    import os
+    os.write(2, b"still here\n")
+    assert "still here" in capfd.readouterr().err

@@ -12,17 +12,18 @@ import nbformat
 import pytest
 
 from course_tools.checks import CheckFailed
-from course_tools.checks.nb08_time_estimate import check_estimate_hours, check_step_flops
+from course_tools.checks.nb08_time_estimate import check_estimate_hours, check_peak_memory, check_step_flops
 from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
+from tests.sweep import SWEEP_SEEDS
 
 NAME = "08_time_estimate.ipynb"
 
 
 def _pairs(index: int = 0):
     pairs = exercise_pairs(NAME)
-    assert len(pairs) == 2, f"期望 2 个练习;实际 {len(pairs)}"
+    assert len(pairs) == 3, f"期望 3 个练习;实际 {len(pairs)}"
     return pairs[index]
 
 
@@ -241,5 +242,102 @@ def test_flops_verdicts_do_not_depend_on_the_seed():
         for name, (fn, hint) in FLOP_WRONG_ANSWERS.items():
             with pytest.raises(CheckFailed) as info:
                 check_step_flops(fn, seed=seed)
+            if hint:
+                assert hint in str(info.value), (name, seed, str(info.value))
+
+
+# --- the memory exercise (§9) -----------------------------------------------------------------
+
+
+def _params(widths):
+    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+
+
+def _acts(widths, b):
+    """Bytes of the saved activations: each hidden layer's ReLU output, fp32."""
+    return 4 * b * sum(widths[1:-1])
+
+
+def _budget(widths, b):
+    return 16 * _params(widths) + _acts(widths, b)
+
+
+def test_memory_check_passes_on_solution_and_reference(capsys):
+    solution, _ = _pairs(2)
+    check_peak_memory(run_source(solution)["peak_memory_bytes"])
+    assert "✅" in capsys.readouterr().out
+    check_peak_memory(_budget)
+
+
+def test_memory_check_fails_on_released_stub():
+    _, stub = _pairs(2)
+    assert "raise NotImplementedError" in stub and "### BEGIN SOLUTION" not in stub
+    with pytest.raises(CheckFailed, match="练习尚未完成"):
+        check_peak_memory(run_source(stub)["peak_memory_bytes"])
+
+
+def test_memory_stub_hint_gives_no_line_of_the_answer_and_no_number_that_passes():
+    solution, stub = _pairs(2)
+    (hint,) = stub_hints(stub)
+    assert not answer_lines_in(hint, solution, min_chars=0), answer_lines_in(hint, solution, min_chars=0)
+    for number in re.findall(r"\d+(?:\.\d+)?", hint):
+        with pytest.raises(CheckFailed):
+            check_peak_memory(lambda w, b, v=float(number): v)
+
+
+def test_counting_the_input_logits_and_biases_either_way_is_accepted():
+    # the input batch and the logits are in memory too; leaving out the biases is a rounding
+    check_peak_memory(lambda w, b: _budget(w, b) + 4 * b * (w[0] + w[-1]))
+    check_peak_memory(lambda w, b: _budget(w, b) - 16 * sum(w[1:]))
+
+
+MEMORY_WRONG_ANSWERS = {
+    # the optimizer states forgotten: weights + grads + activations
+    "no_optimizer_states": (lambda w, b: 8 * _params(w) + _acts(w, b), "优化器状态"),
+    # AdamW counted as one moment (like SGD with momentum)
+    "adam_one_moment": (lambda w, b: 12 * _params(w) + _acts(w, b), "两个动量"),
+    # the gradients forgotten
+    "no_grads": (lambda w, b: 12 * _params(w) + _acts(w, b), "梯度"),
+    # the activations forgotten: parameters only
+    "no_activations": (lambda w, b: 16 * _params(w), "激活值"),
+    # the activations per sample: the batch size forgotten
+    "activations_without_batch": (lambda w, b: 16 * _params(w) + _acts(w, 1), "batch"),
+    # each hidden layer counted twice (the Linear's output and the ReLU's output)
+    "activations_twice": (lambda w, b: 16 * _params(w) + 2 * _acts(w, b), "只算一次"),
+    # elements instead of bytes
+    "elements_not_bytes": (lambda w, b: _budget(w, b) / 4, "元素个数"),
+    # elements for the activations only (the states in bytes)
+    "activation_elements": (lambda w, b: 16 * _params(w) + _acts(w, b) / 4, None),
+    # MiB instead of bytes
+    "returns_mib": (lambda w, b: _budget(w, b) / 2 ** 20, "MiB"),
+    # fp16 bytes (2 per element) for everything
+    "two_bytes_per_element": (lambda w, b: _budget(w, b) / 2, None),
+    # the weights only
+    "weights_only": (lambda w, b: 4 * _params(w), None),
+    # formatted for printing, or no return statement
+    "returns_string": (lambda w, b: f"{_budget(w, b) / 2 ** 20:.1f} MiB", "返回一个数"),
+    "returns_none": (lambda w, b: None, "返回一个数"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_WRONG_ANSWERS))
+def test_memory_check_fails_on_typical_wrong_answers(name):
+    fn, hint = MEMORY_WRONG_ANSWERS[name]
+    with pytest.raises(CheckFailed) as info:
+        check_peak_memory(fn)
+    assert str(info.value).startswith("期望"), str(info.value)
+    if hint:
+        assert hint in str(info.value), str(info.value)
+
+
+@pytest.mark.slow
+def test_memory_verdicts_do_not_depend_on_the_seed():
+    solution = run_source(_pairs(2)[0])["peak_memory_bytes"]
+    for seed in SWEEP_SEEDS:
+        check_peak_memory(solution, seed=seed)
+        check_peak_memory(lambda w, b: _budget(w, b) + 4 * b * (w[0] + w[-1]), seed=seed)
+        for name, (fn, hint) in MEMORY_WRONG_ANSWERS.items():
+            with pytest.raises(CheckFailed) as info:
+                check_peak_memory(fn, seed=seed)
             if hint:
                 assert hint in str(info.value), (name, seed, str(info.value))
