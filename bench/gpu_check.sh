@@ -9,11 +9,13 @@
 #   (d) the professional script under torchrun with NCCL, one process per GPU (a single GPU still
 #       takes the NCCL path): a run, SIGKILL of the whole job + --resume, SIGTERM to one rank +
 #       --resume, each compared step by step; with one GPU also against a plain python run
+#   (e) the training step's MFU on the GPU (08 §7): SmallCNN model FLOPs (FlopCounterMode) x steps/s,
+#       fp32 and bf16 autocast, over a matmul peak of the same dtype measured there (bench/mfu_check.py)
 #
 # Usage (from anywhere; needs the repo's requirements installed with a CUDA build of torch):
 #   bash bench/gpu_check.sh [OUTDIR]          # default OUTDIR: bench/results/gpu_check
 # Outputs in OUTDIR: amp.txt/amp_cuda.json, notebooks.txt/notebooks.xml, resume_exact.txt/.json,
-# ddp.txt/ddp.json, summary.txt. Exit status: number of failed parts (0 = all passed).
+# ddp.txt/ddp.json, mfu.txt/mfu.json, summary.txt. Exit status: number of failed parts (0 = all passed).
 # Smoke test without a GPU: GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 bash bench/gpu_check.sh /tmp/gc
 #   (GPU_CHECK_NOTEBOOKS=0 skips part (b); PYTHON picks the interpreter.)
 set -u -o pipefail
@@ -25,7 +27,7 @@ QUICK="${GPU_CHECK_QUICK:-0}"
 NOTEBOOKS="${GPU_CHECK_NOTEBOOKS:-1}"
 PY="${PYTHON:-python}"
 # per-part time limits; a CPU smoke run on a busy machine gets more room
-if [ "$DEVICE" = "cpu" ]; then T_AMP=1200; T_EXACT=1200; T_DDP=1200; else T_AMP=180; T_EXACT=240; T_DDP=240; fi
+if [ "$DEVICE" = "cpu" ]; then T_AMP=1200; T_EXACT=1200; T_DDP=1200; T_MFU=600; else T_AMP=180; T_EXACT=240; T_DDP=240; T_MFU=90; fi
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT" || exit 99
@@ -87,6 +89,17 @@ if timeout "$T_DDP" "$PY" bench/ddp_check.py --device "$DEVICE" --nproc "$NPROC"
 else
   log "(d) FAILED (exit $?): $(grep FAIL "$OUT/ddp.txt" | head -n 3 | tr '\n' ' ')"; failures=$((failures + 1))
 fi
+
+# (e) the training step's MFU: ~20 s on a GPU
+mfu_args=()
+[ "$QUICK" = "1" ] && mfu_args=(--quick)
+log "(e) training-step MFU on $DEVICE"
+if timeout "$T_MFU" "$PY" bench/mfu_check.py --device "$DEVICE" "${mfu_args[@]}" --json "$OUT/mfu.json" > "$OUT/mfu.txt" 2>&1; then
+  log "(e) ok: $OUT/mfu.txt"
+else
+  log "(e) FAILED (exit $?): $(tail -n 3 "$OUT/mfu.txt" | tr '\n' ' ')"; failures=$((failures + 1))
+fi
+tail -n 4 "$OUT/mfu.txt"
 
 # (b) every solution notebook under nbval on the GPU, with the time left (8 minutes in all)
 if [ "$NOTEBOOKS" = "1" ]; then

@@ -181,19 +181,25 @@ def conv_linear_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlop
     return StepFlops(forward=sum(layers), backward=sum(layers) * 2 - layers[0] * (2 - first))
 
 
-def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
-    """Achievable FLOP/s of this CPU: the best of ``repeats`` timed ``size × size`` matmuls (2·size³ FLOPs each).
+def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = torch.float32,
+                      device: torch.device | str = "cpu") -> float:
+    """Achievable FLOP/s of this CPU (or ``device``): the best of ``repeats`` timed ``size × size`` matmuls (2·size³ FLOPs each).
 
-    Uses torch's current thread count (``torch.get_num_threads()``); one untimed warm-up. Draws its matrices
-    from a private generator: the global random stream (a run's reproducibility) is left untouched. Taught in 08 §7.
+    Uses torch's current thread count (``torch.get_num_threads()``) on a CPU; one untimed warm-up; on a GPU
+    synchronises around each matmul. Draws its matrices from a private generator: the global random stream
+    (a run's reproducibility) is left untouched. Taught in 08 §7 (``bench/mfu_check.py`` runs it on the GPU).
     """
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(size, size, generator=generator).to(dtype) for _ in range(2))
+    a, b = (torch.randn(size, size, generator=generator).to(device, dtype) for _ in range(2))
     a @ b
     best = float("inf")
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
 

@@ -1,7 +1,11 @@
 """course_utils.estimate's FLOP count, MFU and memory budget (taught in 08 §7) against what torch does."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,6 +97,20 @@ def test_measured_memory_matches_the_budget_for_adamw_and_counts_the_real_tensor
 def test_profile_once_records_the_ops_and_keeps_stderr(capfd):
     prof = profile_once(lambda: torch.randn(16, 16) @ torch.randn(16, 16))
     assert any(e.key == "aten::mm" for e in prof.key_averages())
-    import os
     os.write(2, b"still here\n")
     assert "still here" in capfd.readouterr().err
+
+
+def test_bench_mfu_check_runs_on_the_cpu_and_writes_a_plausible_mfu(tmp_path):
+    """bench/mfu_check.py (part (e) of bench/gpu_check.sh) at toy size: a JSON with an MFU in (0, 1]."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "mfu_check.py"
+    spec = importlib.util.spec_from_file_location("bench_mfu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    threads = torch.get_num_threads()
+    try:
+        assert module.main(["--device", "cpu", "--quick", "--json", str(tmp_path / "mfu.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    results = json.loads((tmp_path / "mfu.json").read_text())["results"]
+    assert set(results) == {"fp32"} and 0 < results["fp32"]["mfu"] <= 1
