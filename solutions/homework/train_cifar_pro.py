@@ -24,10 +24,11 @@ The run folder (--out) holds one run:
                  change only with --allow-change FIELD, recorded in config.json's "history".
                  --batch-size is the global batch (the whole job's, however many processes).
   status.json    how the run ended: finished / preempted / stopped_bad_steps / failed
-                 (running while it runs); "history": the run's rollbacks (--on-spike rollback). The source of truth, also under launchers that
+                 (running while it runs). The source of truth, also under launchers that
                  fold exit codes. Exit codes of a plain run: 0 finished, 1 failed,
                  2 refused (bad flag or folder conflict: nothing changed), 3 stopped on
-                 bad steps, 75 preempted (saved; run again with --resume).
+                 bad steps, 75 preempted (saved; run again with --resume). "history":
+                 the run's rollbacks (--on-spike rollback).
   checkpoints/   the last 2 step_*.pt (--keep-last) + best.pt + last_good.pt (the newest one
                  saved while training was healthy); the checkpoint a process resumed from is
                  kept too until that process ends. Files a resume will not continue from go to
@@ -426,7 +427,8 @@ class Hooks:
     def attach(self, model: torch.nn.Module, step: int) -> None:
         pass
 
-    def before_step(self, step: int, position: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def before_step(self, step: int, position: int, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, y
 
     def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
@@ -459,7 +461,8 @@ class Probes(Hooks):
         if self.nan_steps:
             model.register_forward_hook(self.poison)
 
-    def before_step(self, step: int, position: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def before_step(self, step: int, position: int, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.step = step
         return (x * float("nan"), y) if position in self.bad_batches else (x, y)
 
@@ -729,8 +732,8 @@ def roll_back(t: Training) -> bool:
     if main:
         publish_rollbacks(t, seconds=time.perf_counter() - started)
         t.run.write_status("running", t.step, total_steps=t.total_steps, world_size=t.world.size, **rollback_history(t))
-        t.monitor.alert("rolled back", f"step {record.bad_step}: 坏步太多,第 {record.number}/{args.max_rollbacks} 次回滚"
-                        f"到 step {record.restored_step}(last_good.pt),跳过全局 batch {record.first_position}–"
+        t.monitor.alert("rolled back", f"step {record.bad_step}: 坏步太多,"
+                        f"第 {record.number}/{args.max_rollbacks} 次回滚到 step {record.restored_step}(last_good.pt),跳过全局 batch {record.first_position}–"
                         f"{record.last_position}(共 {len(record.positions())} 个,见 {SKIPPED_FILE}),"
                         f"lr ×{t.skips.lr_scale():g}", record.bad_step)
     return True
