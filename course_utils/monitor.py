@@ -148,11 +148,10 @@ class Monitor:
                       "mem_peak_mb": mem, "skipped": skipped}
             if self.loss_alarm.update(loss):
                 self.trouble.add(step)
-                self.alert("loss spike", f"step {step}: loss {loss:.4g},近期中位数 "
-                           f"{statistics.median(self.loss_alarm.history):.4g}", step)
+                self.alert("loss spike", f"step {step}: loss {loss:.4g},近期中位数 {_median(self.loss_alarm.history)}", step)
             if self.grad_alarm.update(gnorm):
-                self.alert("grad-norm surge", f"step {step}: 裁剪前 grad norm {gnorm:.4g},近期中位数 "
-                           f"{statistics.median(self.grad_alarm.history):.4g}", step)
+                self.alert("grad-norm surge", f"step {step}: 裁剪前 grad norm {gnorm:.4g},"
+                           f"近期中位数 {_median(self.grad_alarm.history)}", step)
             records.append(record)
             self._write(record)
         self._pending.clear()
@@ -213,3 +212,7 @@ class Monitor:
         for sink in self.sinks:
             sink.close()
 
+
+def _median(history) -> str:
+    """The alarm's recent median for a message; a run whose first losses are NaN has none yet."""
+    return f"{statistics.median(history):.4g}" if history else "无(还没有有限值)"

@@ -287,6 +287,17 @@ def test_spike_detector():
     assert det.update(6.0) and det.update(float("nan"))
 
 
+def test_a_run_whose_first_losses_are_nan_alerts_without_a_median(tmp_path, capsys):
+    mon = monitor.Monitor(tmp_path, flush_every=2, progress=False)
+    for step in (1, 2, 3):
+        mon.log_step(step, 0, torch.tensor(float("nan")), torch.tensor(float("inf")), torch.tensor(False), 0.1, 8,
+                     skipped=True)
+    mon.close()
+    assert [a["step"] for a in mon.alerts if a["title"] == "loss spike"] == [1, 2, 3]
+    assert "近期中位数 无" in mon.alerts[0]["text"]
+    assert [r["step"] for r in monitor.read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
 def test_monitor_writes_records_and_truncates_on_resume(tmp_path, capsys):
     mon = monitor.Monitor(tmp_path, loggers=("jsonl", "tensorboard"), flush_every=4, progress=False)
     for step in range(1, 31):

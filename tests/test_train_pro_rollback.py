@@ -34,6 +34,8 @@ from course_utils.schedule import lr_at
 from tests.pro_runs import (STEPS_PER_EPOCH, TINY, command, finish, load_script, run, run_all, status, train_losses,
                              wait_for_step)
 
+pytestmark = pytest.mark.slow  # every test here starts the script: out of the quick loop
+
 BATCH, SEED = 32, 0  # TINY's batch and seed
 BASE = [*TINY, "--epochs", "2", "--ckpt-every-steps", "4", "--log-every", "3"]
 # bad batches at positions 9-11 (steps 10-12) and 24-26; 3 bad steps in a window of 10 raise the alarm
