@@ -86,16 +86,6 @@ WRONG_ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(WRONG_ANSWERS))
-def test_check_fails_on_typical_wrong_answers(name):
-    fn, hint = WRONG_ANSWERS[name]
-    with pytest.raises(CheckFailed) as info:
-        check_estimate_hours(fn)
-    assert str(info.value).startswith("期望"), str(info.value)
-    if hint:
-        assert hint in str(info.value), str(info.value)
-
-
 @pytest.mark.slow
 def test_verdicts_do_not_depend_on_the_seed():
     solution = run_source(_pairs()[0])["estimate_hours"]
@@ -165,30 +155,6 @@ def _right(b, s):
     return 3 * (c1 + c2 + fc) - c1
 
 
-def test_flops_check_passes_on_solution_and_reference(capsys):
-    solution, _ = _pairs(1)
-    fn = run_source(solution)["step_flops"]
-    check_step_flops(fn)
-    assert "✅" in capsys.readouterr().out
-    check_step_flops(_right)
-
-
-def test_flops_check_fails_on_released_stub():
-    _, stub = _pairs(1)
-    assert "raise NotImplementedError" in stub and "### BEGIN SOLUTION" not in stub
-    with pytest.raises(CheckFailed, match="练习尚未完成"):
-        check_step_flops(run_source(stub)["step_flops"])
-
-
-def test_flops_stub_hint_gives_no_line_of_the_answer_and_no_number_that_passes():
-    solution, stub = _pairs(1)
-    (hint,) = stub_hints(stub)
-    assert not answer_lines_in(hint, solution, min_chars=0), answer_lines_in(hint, solution, min_chars=0)
-    for number in re.findall(r"\d+(?:\.\d+)?", hint):
-        with pytest.raises(CheckFailed):
-            check_step_flops(lambda b, s, v=float(number): v)
-
-
 def test_counting_the_bias_adds_is_accepted():
     # FlopCounterMode ignores biases; counting their adds (forward, and the bias gradient's sum) is no mistake
     bias = lambda b, s: b * 8 * s * s + b * 16 * _side(s) ** 2 + b * 10
@@ -224,16 +190,6 @@ FLOP_WRONG_ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(FLOP_WRONG_ANSWERS))
-def test_flops_check_fails_on_typical_wrong_answers(name):
-    fn, hint = FLOP_WRONG_ANSWERS[name]
-    with pytest.raises(CheckFailed) as info:
-        check_step_flops(fn)
-    assert str(info.value).startswith("期望"), str(info.value)
-    if hint:
-        assert hint in str(info.value), str(info.value)
-
-
 @pytest.mark.slow
 def test_flops_verdicts_do_not_depend_on_the_seed():
     solution = run_source(_pairs(1)[0])["step_flops"]
@@ -262,27 +218,38 @@ def _budget(widths, b):
     return 16 * _params(widths) + _acts(widths, b)
 
 
-def test_memory_check_passes_on_solution_and_reference(capsys):
-    solution, _ = _pairs(2)
-    check_peak_memory(run_source(solution)["peak_memory_bytes"])
+def _exercise(index: int):
+    """Exercise ``index`` of 08's §8 (1) and §9 (2): its check, the function's name, a right answer of this file."""
+    return {1: (check_step_flops, "step_flops", _right), 2: (check_peak_memory, "peak_memory_bytes", _budget)}[index]
+
+
+@pytest.mark.parametrize("index", [1, 2])
+def test_accounting_check_passes_on_solution_and_reference(index, capsys):
+    check, name, reference = _exercise(index)
+    solution, _ = _pairs(index)
+    check(run_source(solution)[name])
     assert "✅" in capsys.readouterr().out
-    check_peak_memory(_budget)
+    check(reference)
 
 
-def test_memory_check_fails_on_released_stub():
-    _, stub = _pairs(2)
+@pytest.mark.parametrize("index", [1, 2])
+def test_accounting_check_fails_on_released_stub(index):
+    check, name, _ = _exercise(index)
+    _, stub = _pairs(index)
     assert "raise NotImplementedError" in stub and "### BEGIN SOLUTION" not in stub
     with pytest.raises(CheckFailed, match="练习尚未完成"):
-        check_peak_memory(run_source(stub)["peak_memory_bytes"])
+        check(run_source(stub)[name])
 
 
-def test_memory_stub_hint_gives_no_line_of_the_answer_and_no_number_that_passes():
-    solution, stub = _pairs(2)
+@pytest.mark.parametrize("index", [1, 2])
+def test_accounting_stub_hint_gives_no_line_of_the_answer_and_no_number_that_passes(index):
+    check, _, _ = _exercise(index)
+    solution, stub = _pairs(index)
     (hint,) = stub_hints(stub)
     assert not answer_lines_in(hint, solution, min_chars=0), answer_lines_in(hint, solution, min_chars=0)
     for number in re.findall(r"\d+(?:\.\d+)?", hint):
         with pytest.raises(CheckFailed):
-            check_peak_memory(lambda w, b, v=float(number): v)
+            check(lambda *args, v=float(number): v)
 
 
 def test_counting_the_input_logits_and_biases_either_way_is_accepted():
@@ -320,11 +287,17 @@ MEMORY_WRONG_ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MEMORY_WRONG_ANSWERS))
-def test_memory_check_fails_on_typical_wrong_answers(name):
-    fn, hint = MEMORY_WRONG_ANSWERS[name]
+# the three exercises' checks and their typical wrong answers: §6 hours, §8 FLOPs, §9 memory
+_WRONG = {"hours": (check_estimate_hours, WRONG_ANSWERS), "flops": (check_step_flops, FLOP_WRONG_ANSWERS),
+          "memory": (check_peak_memory, MEMORY_WRONG_ANSWERS)}
+
+
+@pytest.mark.parametrize("exercise, name", [(e, n) for e, (_, answers) in _WRONG.items() for n in sorted(answers)])
+def test_check_fails_on_typical_wrong_answers(exercise, name):
+    check, answers = _WRONG[exercise]
+    fn, hint = answers[name]
     with pytest.raises(CheckFailed) as info:
-        check_peak_memory(fn)
+        check(fn)
     assert str(info.value).startswith("期望"), str(info.value)
     if hint:
         assert hint in str(info.value), str(info.value)
