@@ -32,9 +32,11 @@ def _share_the_cpu() -> None:
 
 _share_the_cpu()
 
-# Notebooks that start training processes (04's kill-and-resume runs, 10's homework scripts, 11's
-# torchrun jobs): like the tests marked slow, they stay out of the quick loop `pytest -m "not slow"`.
-SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "10_homework.ipynb", "11_multi_process.ipynb"}
+# Notebooks that start processes (04's kill-and-resume runs, 08's fresh processes for peak memory,
+# 10's homework scripts, 11's torchrun jobs, 12's run of the professional script): like the tests
+# marked slow, they stay out of the quick loop `pytest -m "not slow"`.
+SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "08_time_estimate.ipynb", "10_homework.ipynb", "11_multi_process.ipynb",
+                  "12_loss_spikes.ipynb"}
 
 
 def pytest_configure(config):
