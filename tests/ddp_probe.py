@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course_utils.checkpoint import restore_training_state, training_state  # noqa: E402
 from course_utils.data import rank_share  # noqa: E402
 from course_utils.distributed import (RanksDisagree, World, any_rank, average, broadcast, from_main,  # noqa: E402
-                                      gather, gather_rng_states, same_on_all_ranks, seed_rank, setup, teardown)
+                                      gather, gather_rng_states, leave, same_on_all_ranks, seed_rank, setup,
+                                      teardown)
 from course_utils.repro import set_seed  # noqa: E402
 
 SEED = 0
@@ -175,6 +176,7 @@ def main() -> None:
     if world.is_main:
         Path(sys.argv[1]).write_text(json.dumps(results, indent=1))
     teardown(world)
+    leave(world, 0)  # not the interpreter's shutdown: it tears DDP's group down and now and then aborts (see leave)
 
 
 if __name__ == "__main__":
