@@ -86,18 +86,6 @@ WRONG_ANSWERS = {
 }
 
 
-@pytest.mark.slow
-def test_verdicts_do_not_depend_on_the_seed():
-    solution = run_source(_pairs()[0])["estimate_hours"]
-    for seed in range(1, 51):
-        check_estimate_hours(solution, seed=seed)
-        for name, (fn, hint) in WRONG_ANSWERS.items():
-            with pytest.raises(CheckFailed) as info:
-                check_estimate_hours(fn, seed=seed)
-            if hint:
-                assert hint in str(info.value), (name, seed, str(info.value))
-
-
 def test_rounded_step_counts_are_accepted():
     # Whole steps per epoch (ceil or floor) are also a correct way to count.
     ceil_steps = lambda n, e, b, s: math.ceil(n / b) * e / s / 3600
@@ -188,18 +176,6 @@ FLOP_WRONG_ANSWERS = {
     # no return statement
     "returns_none": (lambda b, s: None, "返回一个数"),
 }
-
-
-@pytest.mark.slow
-def test_flops_verdicts_do_not_depend_on_the_seed():
-    solution = run_source(_pairs(1)[0])["step_flops"]
-    for seed in range(1, 51):
-        check_step_flops(solution, seed=seed)
-        for name, (fn, hint) in FLOP_WRONG_ANSWERS.items():
-            with pytest.raises(CheckFailed) as info:
-                check_step_flops(fn, seed=seed)
-            if hint:
-                assert hint in str(info.value), (name, seed, str(info.value))
 
 
 # --- the memory exercise (§9) -----------------------------------------------------------------
@@ -301,6 +277,20 @@ def test_check_fails_on_typical_wrong_answers(exercise, name):
     assert str(info.value).startswith("期望"), str(info.value)
     if hint:
         assert hint in str(info.value), str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise, index, name", [("hours", 0, "estimate_hours"), ("flops", 1, "step_flops")])
+def test_verdicts_do_not_depend_on_the_seed(exercise, index, name):
+    check, answers = _WRONG[exercise]
+    solution = run_source(_pairs(index)[0])[name]
+    for seed in range(1, 51):
+        check(solution, seed=seed)
+        for wrong, (fn, hint) in answers.items():
+            with pytest.raises(CheckFailed) as info:
+                check(fn, seed=seed)
+            if hint:
+                assert hint in str(info.value), (wrong, seed, str(info.value))
 
 
 @pytest.mark.slow
