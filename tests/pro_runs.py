@@ -28,6 +28,7 @@ import pytest
 from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
+from tests.forkserver import ForkServer, environment
 from tests.notebook_cells import ROOT
 
 SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
@@ -43,8 +44,21 @@ def command(out: Path, *args: str) -> list[str]:
     return [sys.executable, str(SCRIPT), "--out", str(out), *args]
 
 
-def start(out: Path, *args: str, env: dict | None = None, **popen: Any) -> subprocess.Popen:
-    """Start the script; stdout and stderr together in ``proc.stdout`` (text)."""
+_SERVERS: dict[frozenset, ForkServer] = {}  # this test process's fork servers, one per environment
+
+
+def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, **popen: Any) -> subprocess.Popen:
+    """Start the script; stdout and stderr together in ``proc.stdout`` (text).
+
+    A forked run (``tests/forkserver.py``: torch already imported) unless ``fork=False``, ``env`` or
+    another ``popen`` option than ``start_new_session`` asks for a real interpreter.
+    """
+    if fork and env is None and set(popen) <= {"start_new_session"}:
+        key = frozenset(environment().items())
+        server = _SERVERS.get(key) or _SERVERS.setdefault(key, ForkServer(SCRIPT))
+        forked = server.start(["--out", str(out), *args], new_session=popen.get("start_new_session", False))
+        if forked is not None:
+            return forked
     return subprocess.Popen(command(out, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, **popen)
 
@@ -125,7 +139,7 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[s
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            code, output = run(out, *args)
+            code, output = finish(start(out, *args, fork=False))  # a real interpreter: start-up included
             assert code == 0, output
     assert status(out)["state"] == "finished", f"the shared run {name} failed: see the test that made it"
     return out

@@ -1,0 +1,282 @@
+"""A fork server for the tests' runs of the professional script: torch is imported once, not once per run.
+
+Why: a test-sized run of ``solutions/homework/train_cifar_pro.py`` (30 steps) spends about 3 of its
+3.5 CPU-seconds importing torch and, on its first optimizer, ``torch._dynamo``
+(``bench/RESULTS.md`` §5); the tests start about a hundred such runs.
+
+How: the server (``python tests/forkserver.py FD SCRIPT``) imports the script's modules (the script
+itself under another name, so that its ``__main__`` block does not run), then forks one child per
+request. The child becomes the run: its own argv, working folder, environment, session, stdin from
+``/dev/null`` and stdout/stderr into the pipe the test passed along; it executes the script as
+``__main__`` and leaves as the interpreter would (non-daemon threads joined, ``atexit`` run, the exit
+status of ``SystemExit``, 1 and a traceback on an uncaught exception). The server reaps it and reports
+its exit status (negative: the signal) to the test.
+
+What a forked run does not share with ``python SCRIPT``: the imports (already done, so a run's
+start-up is not exercised: the session's shared reference runs, every run with its own environment or
+a ``preexec_fn``, and the torchrun tests start real interpreters), the hash seed of ``str`` (the
+server's), and environment variables read while torch is imported (``OMP_NUM_THREADS``...): the
+client uses a server only while its environment is the one the server started with. ``random`` and
+NumPy's global generator are reseeded from the OS in each child, as a new interpreter seeds them.
+
+The client side is ``ForkServer`` / ``ForkedRun`` (``tests/pro_runs.py`` uses them): a
+``subprocess.Popen``-like handle (``pid``, ``stdout``, ``poll``, ``wait``, ``communicate``,
+``send_signal``, ``terminate``, ``kill``, ``returncode``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+MESSAGE = 1 << 20  # the largest request (argv, folder, environment) or reply, in bytes
+PER_TEST = "PYTEST_CURRENT_TEST"  # pytest changes it at every test: not part of the environment compared
+
+
+def environment() -> dict[str, str]:
+    """What a server must have started with to fork runs for this environment."""
+    return {k: v for k, v in os.environ.items() if k != PER_TEST}
+
+
+# ---------------------------------------------------------------- server (its own process)
+
+def _child(request: dict, output: int, server: socket.socket) -> None:
+    """Become the run asked for; never returns."""
+    code = 1
+    try:
+        server.close()
+        if request["new_session"]:
+            os.setsid()
+        for number in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(null)
+        os.close(output)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import random
+
+        import numpy as np
+        random.seed()
+        np.random.seed()
+        script = request["argv"][0]
+        sys.argv = list(request["argv"])
+        sys.path[0] = str(Path(script).resolve().parent)
+        code = _run_as_main(script)
+        threading._shutdown()  # the interpreter joins non-daemon threads before atexit
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001  a failure of this wrapper itself
+        import traceback
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
+def _run_as_main(script: str) -> int:
+    import runpy
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # as the interpreter ends on an uncaught Ctrl-C: killed by SIGINT
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001
+        sys.excepthook(*sys.exc_info())
+        return 1
+    return 0
+
+
+def serve(fd: int, script: str) -> None:
+    server = socket.socket(fileno=fd)
+    import importlib.util
+
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  the first optimizer imports it
+    spec = importlib.util.spec_from_file_location("forkserver_preload", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)  # the script's imports; its __main__ block does not run
+    # A fork copies only the calling thread: no Python thread may run here (native pools such as
+    # OpenBLAS's, started by NumPy's import, handle fork themselves, as under DataLoader workers).
+    if threading.active_count() != 1:  # refuse: the client starts real processes
+        server.send(json.dumps({"error": f"{threading.active_count()} threads after the imports"}).encode())
+        return
+    server.send(json.dumps({"ready": os.getpid()}).encode())
+    children: set[int] = set()
+    while True:
+        readable, _, _ = select.select([server], [], [], 0.005)
+        if readable:
+            message, fds, _, _ = socket.recv_fds(server, MESSAGE, 1)
+            if not message:  # the client is gone: its runs go with it
+                for pid in children:
+                    os.kill(pid, signal.SIGKILL)
+                return
+            request = json.loads(message)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds[0], server)
+            os.close(fds[0])
+            children.add(pid)
+            server.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            children.discard(pid)
+            server.send(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+# ---------------------------------------------------------------- client (the test process)
+
+class ForkedRun:
+    """A run forked by the server: what the tests use of ``subprocess.Popen`` (text-mode stdout, stderr in it)."""
+
+    def __init__(self, args: list[str], pid: int, stdout_fd: int, exited: threading.Event) -> None:
+        self.args, self.pid, self.returncode = args, pid, None
+        self.stdout = open(stdout_fd, "r")
+        self._exited, self._code = exited, None
+        self._reader: threading.Thread | None = None
+        self._output = ""
+
+    def _finished(self, code: int) -> None:
+        self._code = code
+        self._exited.set()
+
+    def poll(self) -> int | None:
+        if self._exited.is_set():
+            self.returncode = self._code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.poll()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        """Read stdout to its end, then wait; on ``TimeoutExpired`` a later call returns the whole output."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._drain, daemon=True)
+            self._reader.start()
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._output, None
+
+    def _drain(self) -> None:
+        self._output = self.stdout.read()
+        self.stdout.close()
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """One server per test process and script; ``start`` forks a run (``None``: use a real process)."""
+
+    def __init__(self, script: Path) -> None:
+        self.script, self.env = str(script), environment()
+        self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._process = subprocess.Popen([sys.executable, __file__, str(theirs.fileno()), self.script],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL)
+        theirs.close()
+        hello = json.loads(self._socket.recv(MESSAGE) or b'{"error": "the server ended"}')
+        self.error = hello.get("error")
+        self._lock = threading.Lock()
+        self._started: dict[int, tuple[threading.Event, list]] = {}
+        self._runs: dict[int, ForkedRun] = {}
+        self._early: dict[int, int] = {}  # exit codes that came before the run was registered
+        self._next = 0
+        if self.error is None:
+            threading.Thread(target=self._listen, daemon=True).start()
+
+    def usable(self) -> bool:
+        return self.error is None and self._process.poll() is None and environment() == self.env
+
+    def close(self) -> None:
+        """End the server and the runs it forked (as the end of the test process does)."""
+        self._socket.shutdown(socket.SHUT_RDWR)  # wakes the listening thread; the server sees the end
+        self._socket.close()
+        self._process.wait(30)
+
+    def start(self, args: list[str], cwd: str | None = None, new_session: bool = False) -> ForkedRun | None:
+        if not self.usable():
+            return None
+        read_end, write_end = os.pipe()
+        exited, answer = threading.Event(), []
+        with self._lock:
+            self._next += 1
+            request_id = self._next
+            self._started[request_id] = (threading.Event(), answer)
+        request = {"id": request_id, "argv": [self.script, *args], "cwd": cwd or os.getcwd(),
+                   "env": dict(os.environ), "new_session": new_session}
+        try:
+            socket.send_fds(self._socket, [json.dumps(request).encode()], [write_end])
+        finally:
+            os.close(write_end)
+        if not self._started[request_id][0].wait(30):
+            os.close(read_end)
+            raise RuntimeError("the fork server did not answer within 30 s")
+        pid = answer[0]
+        run = ForkedRun([sys.executable, *request["argv"]], pid, read_end, exited)
+        with self._lock:
+            self._runs[pid] = run
+            if pid in self._early:
+                run._finished(self._early.pop(pid))
+        return run
+
+    def _listen(self) -> None:
+        while True:
+            message = self._socket.recv(MESSAGE)
+            if not message:
+                return
+            reply = json.loads(message)
+            with self._lock:
+                if "id" in reply:
+                    event, answer = self._started.pop(reply["id"])
+                    answer.append(reply["pid"])
+                    event.set()
+                elif reply["pid"] in self._runs:
+                    self._runs.pop(reply["pid"])._finished(reply["code"])
+                else:
+                    self._early[reply["pid"]] = reply["code"]
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2])
