@@ -127,7 +127,7 @@ def serve(fd: int, script: str) -> None:
         server.send(json.dumps({"error": f"{threading.active_count()} threads after the imports"}).encode())
         return
     server.send(json.dumps({"ready": os.getpid()}).encode())
-    children: set[int] = set()
+    children: dict[int, int] = {}  # pid -> the request it answers
     while True:
         readable, _, _ = select.select([server], [], [], 0.005)
         if readable:
@@ -143,14 +143,14 @@ def serve(fd: int, script: str) -> None:
             if pid == 0:
                 _child(request, fds[0], server)
             os.close(fds[0])
-            children.add(pid)
+            children[pid] = request["id"]
             server.send(json.dumps({"id": request["id"], "pid": pid}).encode())
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            children.discard(pid)
-            server.send(json.dumps({"pid": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+            request_id = children.pop(pid)
+            server.send(json.dumps({"id": request_id, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
 # ---------------------------------------------------------------- client (the test process)
@@ -158,12 +158,16 @@ def serve(fd: int, script: str) -> None:
 class ForkedRun:
     """A run forked by the server: what the tests use of ``subprocess.Popen`` (text-mode stdout, stderr in it)."""
 
-    def __init__(self, args: list[str], pid: int, stdout_fd: int, exited: threading.Event) -> None:
-        self.args, self.pid, self.returncode = args, pid, None
+    def __init__(self, args: list[str], stdout_fd: int) -> None:
+        self.args, self.pid, self.returncode = args, None, None
         self.stdout = open(stdout_fd, "r")
-        self._exited, self._code = exited, None
+        self._started, self._exited, self._code = threading.Event(), threading.Event(), None
         self._reader: threading.Thread | None = None
         self._output = ""
+
+    def _forked(self, pid: int) -> None:
+        self.pid = pid
+        self._started.set()
 
     def _finished(self, code: int) -> None:
         self._code = code
@@ -219,9 +223,7 @@ class ForkServer:
         hello = json.loads(self._socket.recv(MESSAGE) or b'{"error": "the server ended"}')
         self.error = hello.get("error")
         self._lock = threading.Lock()
-        self._started: dict[int, tuple[threading.Event, list]] = {}
-        self._runs: dict[int, ForkedRun] = {}
-        self._early: dict[int, int] = {}  # exit codes that came before the run was registered
+        self._runs: dict[int, ForkedRun] = {}  # request id -> its run, until the run has ended
         self._next = 0
         if self.error is None:
             threading.Thread(target=self._listen, daemon=True).start()
@@ -239,26 +241,21 @@ class ForkServer:
         if not self.usable():
             return None
         read_end, write_end = os.pipe()
-        exited, answer = threading.Event(), []
+        argv = [self.script, *args]
+        run = ForkedRun([sys.executable, *argv], read_end)
         with self._lock:
             self._next += 1
             request_id = self._next
-            self._started[request_id] = (threading.Event(), answer)
-        request = {"id": request_id, "argv": [self.script, *args], "cwd": cwd or os.getcwd(),
-                   "env": dict(os.environ), "new_session": new_session}
+            self._runs[request_id] = run
+        request = {"id": request_id, "argv": argv, "cwd": cwd or os.getcwd(), "env": dict(os.environ),
+                   "new_session": new_session}
         try:
             socket.send_fds(self._socket, [json.dumps(request).encode()], [write_end])
         finally:
             os.close(write_end)
-        if not self._started[request_id][0].wait(30):
-            os.close(read_end)
+        if not run._started.wait(30):
+            run.stdout.close()
             raise RuntimeError("the fork server did not answer within 30 s")
-        pid = answer[0]
-        run = ForkedRun([sys.executable, *request["argv"]], pid, read_end, exited)
-        with self._lock:
-            self._runs[pid] = run
-            if pid in self._early:
-                run._finished(self._early.pop(pid))
         return run
 
     def _listen(self) -> None:
@@ -268,14 +265,11 @@ class ForkServer:
                 return
             reply = json.loads(message)
             with self._lock:
-                if "id" in reply:
-                    event, answer = self._started.pop(reply["id"])
-                    answer.append(reply["pid"])
-                    event.set()
-                elif reply["pid"] in self._runs:
-                    self._runs.pop(reply["pid"])._finished(reply["code"])
-                else:
-                    self._early[reply["pid"]] = reply["code"]
+                run = self._runs[reply["id"]] if "pid" in reply else self._runs.pop(reply["id"])
+            if "pid" in reply:  # forked (always before its exit: the server reaps after it answers)
+                run._forked(reply["pid"])
+            else:
+                run._finished(reply["code"])
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, **p
     """
     if fork and env is None and set(popen) <= {"start_new_session"}:
         key = frozenset(environment().items())
-        server = _SERVERS.get(key) or _SERVERS.setdefault(key, ForkServer(SCRIPT))
+        if key not in _SERVERS:
+            _SERVERS[key] = ForkServer(SCRIPT)
+        server = _SERVERS[key]
         forked = server.start(["--out", str(out), *args], new_session=popen.get("start_new_session", False))
         if forked is not None:
             return forked
