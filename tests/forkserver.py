@@ -1,13 +1,16 @@
-"""A fork server for the tests' runs of the professional script: torch is imported once, not once per run.
+"""A fork server for the tests' runs of Python scripts: the imports are done once, not once per run.
 
 Why: a test-sized run of ``solutions/homework/train_cifar_pro.py`` (30 steps) spends about 3 of its
 3.5 CPU-seconds importing torch and, on its first optimizer, ``torch._dynamo``
-(``bench/RESULTS.md`` §5); the tests start about a hundred such runs.
+(``bench/RESULTS.md`` §5); the tests start about a hundred such runs. The homework checks' verdict tests run thousands of
+torch-free fakes (``tests/homework_scripts.FORKED``), each of which spends most of its CPU time
+starting an interpreter.
 
-How: the server (``python tests/forkserver.py FD SCRIPT``) imports the script's modules (the script
-itself under another name, so that its ``__main__`` block does not run), then forks one child per
-request. The child becomes the run: its own argv, working folder, environment, session, stdin from
-``/dev/null`` and stdout/stderr into the pipe the test passed along; it executes the script as
+How: the server (``python tests/forkserver.py FD SETUP``) imports torch (unless told not to), the
+modules it is given and the script's modules (the script itself under another name, so that its
+``__main__`` block does not run), then forks one child per request. The child becomes the run: its own argv, working folder, environment, session (set before
+the server reports the pid, as ``Popen`` returns after the child's ``setsid``), stdin from
+``/dev/null`` and stdout/stderr into the pipe or file the test passed along; it executes the script as
 ``__main__`` and leaves as the interpreter would (non-daemon threads joined, ``atexit`` run, the exit
 status of ``SystemExit``, 1 and a traceback on an uncaught exception). The server reaps it and reports
 its exit status (negative: the signal) to the test.
@@ -16,12 +19,14 @@ What a forked run does not share with ``python SCRIPT``: the imports (already do
 start-up is not exercised: the session's shared reference runs, every run with its own environment or
 a ``preexec_fn``, and the torchrun tests start real interpreters), the hash seed of ``str`` (the
 server's), and environment variables read while torch is imported (``OMP_NUM_THREADS``...): the
-client uses a server only while its environment is the one the server started with. ``random`` and
-NumPy's global generator are reseeded from the OS in each child, as a new interpreter seeds them.
+client uses a server only for a run whose environment is the one the server started with. ``random``
+and (when imported) NumPy's global generator are reseeded from the OS in each child, as a new
+interpreter seeds them.
 
 The client side is ``ForkServer`` / ``ForkedRun`` (``tests/pro_runs.py`` uses them): a
 ``subprocess.Popen``-like handle (``pid``, ``stdout``, ``poll``, ``wait``, ``communicate``,
-``send_signal``, ``terminate``, ``kill``, ``returncode``).
+``send_signal``, ``terminate``, ``kill``, ``returncode``; ``stdout`` is ``None`` when the run writes
+to a file the test passed).
 """
 from __future__ import annotations
 
@@ -47,13 +52,14 @@ def environment() -> dict[str, str]:
 
 # ---------------------------------------------------------------- server (its own process)
 
-def _child(request: dict, output: int, server: socket.socket) -> None:
-    """Become the run asked for; never returns."""
+def _child(request: dict, output: int, server: socket.socket, told: int) -> None:
+    """Become the run asked for (``told`` is closed once its session is set); never returns."""
     code = 1
     try:
         server.close()
         if request["new_session"]:
             os.setsid()
+        os.close(told)
         for number in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -67,10 +73,9 @@ def _child(request: dict, output: int, server: socket.socket) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         import random
-
-        import numpy as np
         random.seed()
-        np.random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         script = request["argv"][0]
         sys.argv = list(request["argv"])
         sys.path[0] = str(Path(script).resolve().parent)
@@ -111,44 +116,66 @@ def _run_as_main(script: str) -> int:
     return 0
 
 
-def serve(fd: int, script: str) -> None:
+def serve(fd: int, setup: dict) -> None:
     server = socket.socket(fileno=fd)
+    import importlib
     import importlib.util
 
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  the first optimizer imports it
-    spec = importlib.util.spec_from_file_location("forkserver_preload", script)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # the script's imports; its __main__ block does not run
+    if setup["torch"]:
+        import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401  the first optimizer imports it
+    sys.path[:0] = setup["path"]
+    for name in setup["modules"]:
+        importlib.import_module(name)
+    if setup["script"]:
+        spec = importlib.util.spec_from_file_location("forkserver_preload", setup["script"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)  # the script's imports; its __main__ block does not run
     # A fork copies only the calling thread: no Python thread may run here (native pools such as
     # OpenBLAS's, started by NumPy's import, handle fork themselves, as under DataLoader workers).
     if threading.active_count() != 1:  # refuse: the client starts real processes
         server.send(json.dumps({"error": f"{threading.active_count()} threads after the imports"}).encode())
         return
     server.send(json.dumps({"ready": os.getpid()}).encode())
-    children: dict[int, int] = {}  # pid -> the request it answers
+    children: dict[int, int] = {}  # pid -> the request it answers (its pid has been sent)
+    starting: dict[int, tuple[int, int]] = {}  # read end -> (pid, request): its session is not set yet
+
+    def started(fd: int) -> None:  # the child has set its session (or died): the client may have its pid
+        pid, request_id = starting.pop(fd)
+        os.close(fd)
+        children[pid] = request_id
+        server.send(json.dumps({"id": request_id, "pid": pid}).encode())
+
     while True:
-        readable, _, _ = select.select([server], [], [], 0.005)
-        if readable:
+        readable, _, _ = select.select([server, *starting], [], [], 0.005)
+        for fd in readable:
+            if fd in starting:
+                started(fd)
+        if server in readable:
             message, fds, _, _ = socket.recv_fds(server, MESSAGE, 1)
             if not message:  # the client is gone: its runs go with it
-                for pid in children:
+                for pid in [*children, *(pid for pid, _ in starting.values())]:
                     os.kill(pid, signal.SIGKILL)
                 return
             request = json.loads(message)
             sys.stdout.flush()
             sys.stderr.flush()
+            ready, told = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _child(request, fds[0], server)
+                for fd in (ready, *starting):
+                    os.close(fd)
+                _child(request, fds[0], server, told)
+            os.close(told)
             os.close(fds[0])
-            children[pid] = request["id"]
-            server.send(json.dumps({"id": request["id"], "pid": pid}).encode())
-        while children:
+            starting[ready] = (pid, request["id"])  # answered when the child closes ``told``, not waited for here
+        while children or starting:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
+            for fd in [fd for fd, (waiting, _) in starting.items() if waiting == pid]:
+                started(fd)  # the pid before the exit status
             request_id = children.pop(pid)
             server.send(json.dumps({"id": request_id, "code": os.waitstatus_to_exitcode(status)}).encode())
 
@@ -158,9 +185,9 @@ def serve(fd: int, script: str) -> None:
 class ForkedRun:
     """A run forked by the server: what the tests use of ``subprocess.Popen`` (text-mode stdout, stderr in it)."""
 
-    def __init__(self, args: list[str], stdout_fd: int) -> None:
+    def __init__(self, args: list[str], stdout_fd: int | None) -> None:
         self.args, self.pid, self.returncode = args, None, None
-        self.stdout = open(stdout_fd, "r")
+        self.stdout = None if stdout_fd is None else open(stdout_fd, "r")
         self._started, self._exited, self._code = threading.Event(), threading.Event(), None
         self._reader: threading.Thread | None = None
         self._output = ""
@@ -186,6 +213,9 @@ class ForkedRun:
     def communicate(self, timeout: float | None = None) -> tuple[str, None]:
         """Read stdout to its end, then wait; on ``TimeoutExpired`` a later call returns the whole output."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self.stdout is None:  # the output went to the test's file
+            self.wait(timeout)
+            return None, None
         if self._reader is None:
             self._reader = threading.Thread(target=self._drain, daemon=True)
             self._reader.start()
@@ -201,7 +231,10 @@ class ForkedRun:
 
     def send_signal(self, number: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, number)
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:  # ended, its exit status on the way: as Popen, nothing to do
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -211,14 +244,22 @@ class ForkedRun:
 
 
 class ForkServer:
-    """One server per test process and script; ``start`` forks a run (``None``: use a real process)."""
+    """One server per test process, script and environment; ``start`` forks a run (``None``: use a real process).
 
-    def __init__(self, script: Path) -> None:
-        self.script, self.env = str(script), environment()
+    ``script`` is what ``start`` runs unless told another; ``modules`` (found on ``path``) are imported
+    besides it; ``torch=False`` for a server of torch-free scripts; ``env``: the environment of the
+    server and of every run it forks (default: this process's).
+    """
+
+    def __init__(self, script: Path | None, *, modules: tuple[str, ...] = (), path: tuple[Path, ...] = (),
+                 torch: bool = True, env: dict[str, str] | None = None) -> None:
+        self.script = None if script is None else str(script)
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k != PER_TEST}
+        setup = {"script": self.script, "modules": list(modules), "path": [str(p) for p in path], "torch": torch}
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._process = subprocess.Popen([sys.executable, __file__, str(theirs.fileno()), self.script],
+        self._process = subprocess.Popen([sys.executable, __file__, str(theirs.fileno()), json.dumps(setup)],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL)
+                                         stdout=subprocess.DEVNULL, env=env)
         theirs.close()
         hello = json.loads(self._socket.recv(MESSAGE) or b'{"error": "the server ended"}')
         self.error = hello.get("error")
@@ -228,8 +269,10 @@ class ForkServer:
         if self.error is None:
             threading.Thread(target=self._listen, daemon=True).start()
 
-    def usable(self) -> bool:
-        return self.error is None and self._process.poll() is None and environment() == self.env
+    def usable(self, env: dict[str, str] | None = None) -> bool:
+        """Whether a run with ``env`` (default: this process's environment) can be forked."""
+        wanted = environment() if env is None else {k: v for k, v in env.items() if k != PER_TEST}
+        return self.error is None and self._process.poll() is None and wanted == self.env
 
     def close(self) -> None:
         """End the server and the runs it forked (as the end of the test process does)."""
@@ -237,24 +280,32 @@ class ForkServer:
         self._socket.close()
         self._process.wait(30)
 
-    def start(self, args: list[str], cwd: str | None = None, new_session: bool = False) -> ForkedRun | None:
-        if not self.usable():
+    def start(self, args: list[str], cwd: str | None = None, new_session: bool = False, *,
+              script: str | None = None, env: dict[str, str] | None = None,
+              stdout: int | None = None) -> ForkedRun | None:
+        """Fork ``python SCRIPT ARGS``; its output goes to a pipe (``run.stdout``) or the open file ``stdout``."""
+        if not self.usable(env):
             return None
-        read_end, write_end = os.pipe()
-        argv = [self.script, *args]
+        if stdout is None:
+            read_end, write_end = os.pipe()
+        else:
+            read_end, write_end = None, stdout
+        argv = [script or self.script, *args]
         run = ForkedRun([sys.executable, *argv], read_end)
         with self._lock:
             self._next += 1
             request_id = self._next
             self._runs[request_id] = run
-        request = {"id": request_id, "argv": argv, "cwd": cwd or os.getcwd(), "env": dict(os.environ),
-                   "new_session": new_session}
+        request = {"id": request_id, "argv": argv, "cwd": cwd or os.getcwd(),
+                   "env": dict(os.environ if env is None else env), "new_session": new_session}
         try:
             socket.send_fds(self._socket, [json.dumps(request).encode()], [write_end])
         finally:
-            os.close(write_end)
+            if stdout is None:
+                os.close(write_end)
         if not run._started.wait(30):
-            run.stdout.close()
+            if run.stdout is not None:
+                run.stdout.close()
             raise RuntimeError("the fork server did not answer within 30 s")
         return run
 
@@ -273,4 +324,4 @@ class ForkServer:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2])
+    serve(int(sys.argv[1]), json.loads(sys.argv[2]))

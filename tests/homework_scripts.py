@@ -3,6 +3,10 @@
 - ``fake(folder, kind, **options)``: a two-line script in ``folder`` that runs
   ``tests/fixtures/homework_fake/fake_train.py`` or ``fake_overfit.py`` with a typical
   wrong answer switched on. Checks run against these in about a second.
+- ``FORKED``: a check's launcher that forks each fake from a server that imported the fakes once
+  (``tests/forkserver.py``) instead of starting an interpreter: for the tests of the checks'
+  verdicts, which run thousands of fakes. The tests of how a check launches (its command lines,
+  folders, the processes it leaves) use the checks' own ``LOCAL`` launcher.
 - ``learner_repo(folder)``: a git repository holding ``notebooks/homework/train_cifar.py``
   as released, where ``apply_upgrade(repo, k)`` applies and commits the scripted learner's
   k-th patch (``tests/fixtures/homework_learner/0k_*.diff``), as a learner commits each upgrade.
@@ -10,9 +14,12 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
+from typing import IO
 
-from course_tools.checks.nb10_homework import HEALTHY, TRAIN, TWIN
+from course_tools.checks.nb10_homework import HEALTHY, LOCAL, TRAIN, TWIN
+from tests.forkserver import PER_TEST, ForkServer
 from tests.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
@@ -29,6 +36,25 @@ def fake(folder: Path, name: str, module: str, **options) -> Path:
     path.write_text(f"import sys\nsys.path.insert(0, {str(FAKES)!r})\nimport {module}\n"
                     f"sys.exit({module}.main({call}))\n", encoding="utf-8")
     return path
+
+
+_SERVERS: dict[frozenset, ForkServer] = {}  # one per environment the checks pass
+_SERVERS_LOCK = threading.Lock()  # the verdict tests run checks in threads
+
+
+def _launch_forked(argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO, writable: Path) -> subprocess.Popen:
+    """A ``nb10_homework.Launcher`` for the fakes: ``argv`` forked from a torch-free server, in its own session."""
+    key = frozenset((k, v) for k, v in env.items() if k != PER_TEST)
+    with _SERVERS_LOCK:
+        if key not in _SERVERS:
+            _SERVERS[key] = ForkServer(None, modules=("fake_train", "fake_overfit"), path=(FAKES,), torch=False,
+                                       env=env)
+        server = _SERVERS[key]
+    run = server.start(argv[2:], cwd=str(cwd), new_session=True, script=argv[1], env=env, stdout=stdout.fileno())
+    return run if run is not None else LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
+
+
+FORKED = _launch_forked
 
 
 def fake_train(folder: Path, level: int = 4, bug: str | None = None) -> Path:

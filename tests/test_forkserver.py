@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,7 @@ def test_signals_reach_the_run_and_wait_times_out(server):
     run.send_signal(signal.SIGTERM)
     assert run.wait(10) == -signal.SIGTERM
     run.kill()  # after the end: nothing happens, as with Popen
+    run.stdout.close()
 
 
 def test_argv_folder_environment_stdin_session_and_random_state(server, tmp_path, monkeypatch):
@@ -93,6 +95,31 @@ def test_the_runs_die_with_their_client(server):
     assert run.stdout.readline() == "ready\n"
     other.close()
     deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{run.pid}") and open(f"/proc/{run.pid}/stat").read().split()[2] != "Z":
+    stat = Path(f"/proc/{run.pid}/stat")
+    while stat.exists() and stat.read_text().split()[2] != "Z":
         assert time.monotonic() < deadline, "the run outlived its server"
         time.sleep(0.05)
+    run.stdout.close()
+
+
+def test_a_torch_free_server_forks_any_script_with_its_environment_into_a_file(tmp_path, monkeypatch):
+    # what tests/homework_scripts.FORKED uses: the fakes preloaded once, each run in its own session
+    (tmp_path / "preloaded.py").write_text(f"open({str(tmp_path / 'imports')!r}, 'a').write('x')\n", encoding="utf-8")
+    script = tmp_path / "other.py"
+    script.write_text("import os, sys, time, preloaded\n"
+                      "print(os.environ['PROBE_VALUE'], 'torch' in sys.modules, os.getsid(0) == os.getpid(), flush=True)\n"
+                      "time.sleep(0.5)\n", encoding="utf-8")
+    env = {**os.environ, "PROBE_VALUE": "2"}
+    server = ForkServer(None, modules=("preloaded",), path=(tmp_path,), torch=False, env=env)
+    assert server.error is None, server.error
+    for k in range(2):
+        with open(tmp_path / f"log{k}", "w", encoding="utf-8") as log:
+            run = server.start([], new_session=True, script=str(script), env=env, stdout=log.fileno())
+            assert os.getpgid(run.pid) == run.pid  # the session is set by the time start returns (killpg works)
+            assert run.stdout is None and run.communicate(30) == (None, None) and run.returncode == 0
+        assert (tmp_path / f"log{k}").read_text(encoding="utf-8") == "2 False True\n"
+    assert (tmp_path / "imports").read_text(encoding="utf-8") == "x"  # imported by the server, not by each run
+    assert server.start([], script=str(script)) is None  # this process's environment is not the server's
+    monkeypatch.setenv("PROBE_VALUE", "2")
+    assert server.usable()  # it is now (PYTEST_CURRENT_TEST aside)
+    server.close()

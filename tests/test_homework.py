@@ -18,7 +18,7 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import BASELINE, FAKES, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
+from tests.homework_scripts import BASELINE, FAKES, FORKED, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
 from tests.sweep import SWEEP_SEEDS
 
@@ -91,18 +91,18 @@ def _run_case(case: str, folder: Path) -> BaseException | None:
         if case.startswith("right/"):
             check = case.split("/")[1]
             if check == "overfit":
-                homework.check_overfit(*fake_overfit_pair(folder))
+                homework.check_overfit(*fake_overfit_pair(folder), launcher=FORKED)
             else:
-                getattr(homework, f"check_{check}")(fake_train(folder))
+                getattr(homework, f"check_{check}")(fake_train(folder), launcher=FORKED)
         elif case == "overfit/swapped":  # the healthy script handed in as the twin
             healthy, _ = fake_overfit_pair(folder)
-            homework.check_overfit(healthy, healthy)
+            homework.check_overfit(healthy, healthy, launcher=FORKED)
         elif case in TRAIN_CASES:
             check, level, bug, _ = TRAIN_CASES[case]
-            getattr(homework, check)(fake_train(folder, level, bug))
+            getattr(homework, check)(fake_train(folder, level, bug), launcher=FORKED)
         else:
             healthy_bug, twin_bug, _ = OVERFIT_CASES[case]
-            homework.check_overfit(*fake_overfit_pair(folder, healthy_bug, twin_bug))
+            homework.check_overfit(*fake_overfit_pair(folder, healthy_bug, twin_bug), launcher=FORKED)
     except BaseException as exc:  # noqa: BLE001 - the test inspects it
         return exc
     return None
@@ -110,7 +110,7 @@ def _run_case(case: str, folder: Path) -> BaseException | None:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Every case run once, side by side (each check waits on its subprocesses)."""
+    """Every case run once, side by side (each check waits on its runs), the fakes forked (``FORKED``)."""
     cases = [*RIGHT, *TRAIN_CASES, *OVERFIT_CASES, "overfit/swapped"]
     root = tmp_path_factory.mktemp("homework_cases")
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -152,13 +152,14 @@ def test_numeric_verdicts_hold_on_50_other_seeds(tmp_path):
         case, seed = job
         check, level, bug = TRAIN_CASES[case][:3] if case in TRAIN_CASES else (f"check_{case[6:]}", 4, None)
         try:
-            getattr(homework, check)(fake_train(tmp_path / f"{case.replace('/', '_')}_{seed}", level, bug), seed=seed)
+            getattr(homework, check)(fake_train(tmp_path / f"{case.replace('/', '_')}_{seed}", level, bug), seed=seed,
+                                     launcher=FORKED)
         except CheckFailed as exc:
             return case, seed, exc.expected
         return case, seed, None
 
     expected = {case: None if case.startswith("right/") else TRAIN_CASES[case][3]["expected"] for case in SWEPT}
-    with ThreadPoolExecutor(max_workers=16) as pool:
+    with ThreadPoolExecutor(max_workers=32) as pool:
         results = list(pool.map(verdict, [(case, seed) for seed in SWEEP_SEEDS for case in SWEPT]))
     wrong = [(case, seed, got) for case, seed, got in results
              if (got is None) != (expected[case] is None) or (got is not None and expected[case] not in got)]
