@@ -311,7 +311,10 @@ class ForkServer:
 
     def _listen(self) -> None:
         while True:
-            message = self._socket.recv(MESSAGE)
+            try:
+                message = self._socket.recv(MESSAGE)
+            except OSError:  # closed by close() after its shutdown woke us
+                return
             if not message:
                 return
             reply = json.loads(message)
