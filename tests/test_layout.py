@@ -4,14 +4,17 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import course_tools
 import course_utils
+from course_tools.checks import nb10_homework
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,10 +90,21 @@ def test_each_helper_says_where_it_is_taught(name):
         assert list((ROOT / "solutions").glob(notebook.split("``")[0] + "*.ipynb")), (name, notebook)
 
 
+# What starts a process in a notebook's code: a subprocess, DataLoader workers, a multiprocessing context,
+# torchrun, or a homework check (each runs the learner's scripts).
+_STARTS_PROCESSES = re.compile(r"\bsubprocess\b|num_workers=(?!0\b)|multiprocessing|torchrun|^(?:"
+                               + "|".join(u.check.__name__ for u in nb10_homework.UPGRADES) + r")\(", re.MULTILINE)
+
+
 def test_slow_notebooks_exist_and_are_left_out_of_the_quick_loop():
-    """A renamed notebook must not silently rejoin `pytest -m "not slow"` (conftest.SLOW_NOTEBOOKS)."""
+    """A renamed notebook must not silently rejoin `pytest -m "not slow"` (conftest.SLOW_NOTEBOOKS), and
+    every notebook whose code starts processes is in that list (the rule of CONTRIBUTING.md)."""
     import conftest
     assert conftest.SLOW_NOTEBOOKS and all((ROOT / "solutions" / name).is_file() for name in conftest.SLOW_NOTEBOOKS)
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        found = _STARTS_PROCESSES.search(code)
+        assert not found or path.name in conftest.SLOW_NOTEBOOKS, f"{path.name} starts processes ({found[0]!r})"
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", "not slow",
                           "solutions"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     collected = {line.split("::")[0].rsplit("/", 1)[-1] for line in out.stdout.splitlines() if "::" in line}
