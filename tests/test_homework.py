@@ -113,7 +113,7 @@ def outcomes(tmp_path_factory):
     """Every case run once, side by side (each check waits on its runs), the fakes forked (``FORKED``)."""
     cases = [*RIGHT, *TRAIN_CASES, *OVERFIT_CASES, "overfit/swapped"]
     root = tmp_path_factory.mktemp("homework_cases")
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=32) as pool:
         results = pool.map(lambda c: _run_case(c, root / c.replace("/", "_")), cases)
         return dict(zip(cases, results))
 
