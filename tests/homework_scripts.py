@@ -3,10 +3,11 @@
 - ``fake(folder, kind, **options)``: a two-line script in ``folder`` that runs
   ``tests/fixtures/homework_fake/fake_train.py`` or ``fake_overfit.py`` with a typical
   wrong answer switched on. Checks run against these in about a second.
-- ``FORKED``: a check's launcher that forks each fake from a server that imported the fakes once
-  (``tests/forkserver.py``) instead of starting an interpreter: for the tests of the checks'
-  verdicts, which run thousands of fakes. The tests of how a check launches (its command lines,
-  folders, the processes it leaves) use the checks' own ``LOCAL`` launcher.
+- ``FORKED`` / ``FORKED_TORCH``: a check's launcher that forks each run from a server that did the
+  imports once (the fakes; torch and the course_utils modules learner scripts use) instead of
+  starting an interpreter: for the tests of the checks' verdicts (thousands of fakes) and of the
+  scripted learner's real training. The tests of how a check launches (its command lines, folders,
+  the processes it leaves) use the checks' own ``LOCAL`` launcher.
 - ``learner_repo(folder)``: a git repository holding ``notebooks/homework/train_cifar.py``
   as released, where ``apply_upgrade(repo, k)`` applies and commits the scripted learner's
   k-th patch (``tests/fixtures/homework_learner/0k_*.diff``), as a learner commits each upgrade.
@@ -38,23 +39,44 @@ def fake(folder: Path, name: str, module: str, **options) -> Path:
     return path
 
 
-_SERVERS: dict[frozenset, ForkServer] = {}  # one per environment the checks pass
-_SERVERS_LOCK = threading.Lock()  # the verdict tests run checks in threads
+# What the scripted learner's and the reference's scripts import, besides torch: a server that
+# imported these forks a run that starts training at once.
+LEARNER_IMPORTS = ("torch.nn.functional", "torch.utils.tensorboard", "matplotlib", "course_utils.checkpoint",
+                   "course_utils.clipping", "course_utils.data", "course_utils.debug", "course_utils.ema",
+                   "course_utils.models", "course_utils.repro")
 
 
-def _launch_forked(argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO, writable: Path) -> subprocess.Popen:
-    """A ``nb10_homework.Launcher`` for the fakes: ``argv`` forked from a torch-free server, in its own session."""
-    key = frozenset((k, v) for k, v in env.items() if k != PER_TEST)
-    with _SERVERS_LOCK:
-        if key not in _SERVERS:
-            _SERVERS[key] = ForkServer(None, modules=("fake_train", "fake_overfit"), path=(FAKES,), torch=False,
-                                       env=env)
-        server = _SERVERS[key]
-    run = server.start(argv[2:], cwd=str(cwd), new_session=True, script=argv[1], env=env, stdout=stdout.fileno())
-    return run if run is not None else LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
+class ForkingLauncher:
+    """A ``nb10_homework.Launcher`` that forks each run from a server (``tests/forkserver.py``) that did the
+    imports once, one server per environment a check passes; a run it cannot fork starts as ``LOCAL`` does.
+
+    What a forked run does not share with a fresh interpreter is listed in ``tests/forkserver.py`` (the
+    start-up, the ``str`` hash seed): the tests that exercise those (the launch tests here, the class
+    grading, ``solutions/10_homework.ipynb``) start real ones.
+    """
+
+    def __init__(self, modules: tuple[str, ...], path: tuple[Path, ...] = (), torch: bool = False) -> None:
+        self.modules, self.path, self.torch = modules, path, torch
+        self._servers: dict[frozenset, ForkServer] = {}
+        self._lock = threading.Lock()  # the verdict tests run checks in threads
+
+    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
+                 writable: Path) -> subprocess.Popen:
+        key = frozenset((k, v) for k, v in env.items() if k != PER_TEST)
+        with self._lock:
+            if key not in self._servers:
+                self._servers[key] = ForkServer(None, modules=self.modules, path=self.path, torch=self.torch, env=env)
+            server = self._servers[key]
+        run = server.start(argv[2:], cwd=str(cwd), new_session=True, script=argv[1], env=env, stdout=stdout.fileno())
+        return run if run is not None else LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
+
+    def forks(self) -> bool:
+        """Whether every server so far forks (``False``: their runs started as real interpreters)."""
+        return bool(self._servers) and all(server.error is None for server in self._servers.values())
 
 
-FORKED = _launch_forked
+FORKED = ForkingLauncher(("fake_train", "fake_overfit"), (FAKES,))  # the torch-free fakes
+FORKED_TORCH = ForkingLauncher(LEARNER_IMPORTS, torch=True)  # real learner scripts: torch and course_utils imported
 
 
 def fake_train(folder: Path, level: int = 4, bug: str | None = None) -> Path:

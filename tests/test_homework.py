@@ -18,7 +18,7 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import BASELINE, FAKES, FORKED, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
+from tests.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
 from tests.sweep import SWEEP_SEEDS
 
@@ -232,7 +232,7 @@ def test_solution_notebook_runs_every_check_on_the_reference():
 ])
 def test_released_baseline_fails_naming_the_missing_flags(check, flags):
     with pytest.raises(CheckFailed) as info:
-        getattr(homework, check)(BASELINE)
+        getattr(homework, check)(BASELINE, launcher=FORKED_TORCH)
     assert f"脚本还不认识 {flags}" in info.value.hint, info.value
 
 

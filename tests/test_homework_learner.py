@@ -9,6 +9,10 @@ The same scripts, each with one typical mistake, show that the real-training dia
 that does not know the next section's flags, a post-clip norm, a checkpoint without the optimizer or
 without the RNG state (dropout), an EMA left out of the resume, and a twin with a fixed label mapping
 (which the network memorises, as section 5 says).
+
+The scripts train for real; their runs fork from a server that imported torch and course_utils once
+(``FORKED_TORCH``), as the professional script's tests do. Real interpreters run the reference scripts
+through every check in solutions/10_homework.ipynb and the class in tests/test_grade_homework.py.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import HEALTHY, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
+from tests.homework_scripts import FORKED_TORCH, HEALTHY, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
 from tests.notebook_cells import ROOT
 
 # What each patch implements, quoted from the upgrade's section (its text and its contract block).
@@ -119,7 +123,8 @@ def learner(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("upgrade", homework.UPGRADES, ids=lambda u: u.check.__name__)
 def test_each_upgrade_passes_its_check_in_one_round(learner, upgrade, capsys):
-    upgrade.run(learner[upgrade.number])
+    upgrade.run(learner[upgrade.number], launcher=FORKED_TORCH)
+    assert FORKED_TORCH.forks(), "the learner's runs started as real interpreters: a server refused to fork"
     out = capsys.readouterr().out
     assert f"✅ 升级 {upgrade.number}" in out and f"运行: {learner[upgrade.number] / upgrade.scripts[0]}" in out
 
@@ -140,7 +145,7 @@ def _mutated(folder, name, old, new, tmp_path):
 @pytest.mark.slow
 def test_upgrade1_script_on_the_resume_check_shows_its_argparse_error(learner):
     with pytest.raises(CheckFailed) as info:
-        homework.check_resume(learner[1] / TRAIN)
+        homework.check_resume(learner[1] / TRAIN, launcher=FORKED_TORCH)
     assert "error: unrecognized arguments: --ckpt-every-steps 10" in info.value.found
     assert "脚本还不认识 --ckpt-every-steps" in info.value.hint and "metrics.jsonl" not in str(info.value)
 
@@ -153,7 +158,7 @@ def test_logging_the_post_clip_norm_gets_the_targeted_hint(learner, tmp_path):
                       "            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()",
                       tmp_path)
     with pytest.raises(CheckFailed) as info:
-        homework.check_clipping(folder / TRAIN)
+        homework.check_clipping(folder / TRAIN, launcher=FORKED_TORCH)
     assert "裁剪后的范数" in info.value.hint, info.value
 
 
@@ -165,7 +170,7 @@ def test_a_checkpoint_without_the_optimizer_state_is_diagnosed(learner, tmp_path
                       'step = restore_training_state(found.state, model=model, optimizer=torch.optim.AdamW('
                       'model.parameters()))["step"]', tmp_path)
     with pytest.raises(CheckFailed) as info:
-        homework.check_resume(folder / TRAIN)
+        homework.check_resume(folder / TRAIN, launcher=FORKED_TORCH)
     assert "续训后第一步一致" in info.value.hint and "优化器状态" in info.value.hint, info.value
 
 
@@ -177,7 +182,7 @@ def test_a_twin_with_fixed_wrong_labels_is_memorised_and_rejected(learner, tmp_p
     folder = _mutated(learner[5], HEALTHY, "labels = y[torch.randperm(len(y), device=device)] if shuffle_labels else y",
                       fixed, tmp_path)
     with pytest.raises(CheckFailed) as info:
-        homework.check_overfit(folder / HEALTHY, folder / TWIN)
+        homework.check_overfit(folder / HEALTHY, folder / TWIN, launcher=FORKED_TORCH)
     assert "固定的错误映射" in info.value.hint, info.value
     assert float(info.value.found) < 0.05, f"the prose says the loss still falls to ~0: {info.value.found}"
 
@@ -189,7 +194,7 @@ def test_a_checkpoint_without_the_rng_state_is_diagnosed(learner, tmp_path):
                       "restore_training_state(found.state, model=model, optimizer=optimizer, restore_rng=False)",
                       tmp_path)
     with pytest.raises(CheckFailed) as info:
-        homework.check_resume(folder / TRAIN)
+        homework.check_resume(folder / TRAIN, launcher=FORKED_TORCH)
     assert "第一步就不同" in info.value.hint and "随机数状态" in info.value.hint, info.value
 
 
@@ -198,5 +203,5 @@ def test_an_ema_left_out_of_the_resume_is_diagnosed(learner, tmp_path):
     folder = _mutated(learner[4], TRAIN, "optimizer=optimizer, ema=ema)[\"step\"]", "optimizer=optimizer)[\"step\"]",
                       tmp_path)
     with pytest.raises(CheckFailed) as info:
-        homework.check_ema(folder / TRAIN)
+        homework.check_ema(folder / TRAIN, launcher=FORKED_TORCH)
     assert "EMA 的状态要存进检查点" in info.value.hint, info.value
