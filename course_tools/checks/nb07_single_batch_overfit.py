@@ -9,7 +9,8 @@ wrong answers and sweeps 50 seeds). ``check_diagnose`` uses small MLPs with 3 to
 and different label mixes, so no fixed threshold on the loss separates the bugs: the starting
 loss is about ln(classes), re-shuffled labels plateau near the entropy of the batch's labels,
 and the softmax-twice floor is ln(e + C - 1) - 1. Only the shape of the curve and the grad norm
-tell the bugs apart. Its curves are computed once per seed and cached.
+tell the bugs apart. Its curves, and the reference Adam run of ``check_overfit_one_batch``, are
+computed once per seed and cached.
 
 Example (in a check cell)::
 
@@ -19,7 +20,6 @@ Example (in a check cell)::
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import math
 import random
@@ -178,6 +178,26 @@ def check_diagnose(diagnose: Callable, seed: int = 1234) -> None:
     passed(f"{len(curves)} 条隐藏的训练曲线(3 到 100 类,顺序打乱)全部诊断正确")
 
 
+_OVERFIT_LR, _COMPARED = 5e-3, 20  # check_overfit_one_batch's learning rate, and the steps compared with Adam's
+
+
+def _overfit_case(seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The model and batch of ``check_overfit_one_batch`` for ``seed`` (the learner's global RNG left alone)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _mlp(10)
+        g = torch.Generator().manual_seed(seed + 1)
+        return model, torch.randn(16, _FEATURES, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+@functools.lru_cache(maxsize=64)
+def _reference_losses(seed: int) -> tuple[float, ...]:
+    """The reference Adam run's first losses on ``_overfit_case(seed)``: computed once per seed."""
+    model, x, y = _overfit_case(seed)
+    with torch.random.fork_rng(devices=[]), _one_thread():
+        return tuple(reference_overfit(model, x, y, steps=_COMPARED, lr=_OVERFIT_LR))
+
+
 def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> None:
     """The learner's loop must train the given model in place with Adam(lr) until the batch is memorised.
 
@@ -186,13 +206,9 @@ def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> No
     another optimizer fails even when it memorises the batch in the end. ``lr`` is not the
     default, so a hard-coded learning rate is caught as well.
     """
-    steps, lr, compared = 80, 5e-3, 20
-    with torch.random.fork_rng(devices=[]), _one_thread():
-        torch.manual_seed(seed)
-        model = _mlp(10)
-        g = torch.Generator().manual_seed(seed + 1)
-        x, y = torch.randn(16, _FEATURES, generator=g), torch.randint(0, 10, (16,), generator=g)
-        reference = reference_overfit(copy.deepcopy(model), x, y, steps=compared, lr=lr)
+    steps, lr, compared = 80, _OVERFIT_LR, _COMPARED
+    model, x, y = _overfit_case(seed)
+    reference = _reference_losses(seed)
     with _one_thread():
         losses = call_learner(overfit_one_batch, model, x, y, steps=steps, lr=lr)
     expect(isinstance(losses, (list, tuple)) and len(losses) == steps, f"返回长度为 {steps} 的 loss 列表",
