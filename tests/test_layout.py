@@ -96,15 +96,30 @@ _STARTS_PROCESSES = re.compile(r"\bsubprocess\b|num_workers=(?!0\b)|multiprocess
                                + "|".join(u.check.__name__ for u in nb10_homework.UPGRADES) + r")\(", re.MULTILINE)
 
 
-def test_slow_notebooks_exist_and_are_left_out_of_the_quick_loop():
+def test_slow_notebooks_exist_and_are_left_out_of_the_quick_loop(request):
     """A renamed notebook must not silently rejoin `pytest -m "not slow"` (conftest.SLOW_NOTEBOOKS), and
-    every notebook whose code starts processes is in that list (the rule of CONTRIBUTING.md)."""
+    every notebook whose code starts processes is in that list (the rule of CONTRIBUTING.md).
+
+    The collection checked is this session's own when it holds the solution notebooks (the README's
+    `pytest`: their items carry the slow mark; the quick loop: none of them is left), else a
+    `--collect-only -m "not slow"` in a subprocess.
+    """
     import conftest
     assert conftest.SLOW_NOTEBOOKS and all((ROOT / "solutions" / name).is_file() for name in conftest.SLOW_NOTEBOOKS)
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
         found = _STARTS_PROCESSES.search(code)
         assert not found or path.name in conftest.SLOW_NOTEBOOKS, f"{path.name} starts processes ({found[0]!r})"
+    notebooks = [item for item in request.session.items
+                 if Path(str(item.fspath)).parent == ROOT / "solutions" and str(item.fspath).endswith(".ipynb")]
+    markexpr = request.config.getoption("markexpr")
+    if notebooks and markexpr in ("", "not slow"):
+        slow = [item for item in notebooks if Path(str(item.fspath)).name in conftest.SLOW_NOTEBOOKS]
+        if markexpr == "not slow":
+            assert not slow, f"left in the quick loop: {sorted({Path(str(i.fspath)).name for i in slow})}"
+        else:
+            assert slow and all(item.get_closest_marker("slow") for item in slow), "the slow notebooks lack the mark"
+        return
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", "not slow",
                           "solutions"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     collected = {line.split("::")[0].rsplit("/", 1)[-1] for line in out.stdout.splitlines() if "::" in line}
