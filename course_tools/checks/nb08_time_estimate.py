@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from course_tools.checks import call_learner, expect, fail, passed
-from course_utils.estimate import MemoryBudget, measured_memory, training_flops, training_hours
+from course_utils.estimate import MemoryBudget, StepFlops, measured_memory, training_flops, training_hours
 
 __all__ = ["REL_TOL", "check_estimate_hours", "FLOPS_REL_TOL", "exercise_model", "check_step_flops",
            "MEMORY_REL_TOL", "exercise_mlp", "check_peak_memory", "HINTS"]
@@ -117,6 +117,13 @@ def _flops_hint(ratio: float, forward_share: float) -> str:
     return "(逐层检查输出边长 (H + 2·padding − k) // stride + 1,以及每个输出读了多少个输入)"
 
 
+@functools.lru_cache(maxsize=None)
+def _counted_flops(batch_size: int, image_size: int) -> StepFlops:
+    """FlopCounterMode's count of one training step of ``exercise_model`` (once per shape)."""
+    with torch.random.fork_rng(), torch.device("meta"):   # shapes only: no memory, no compute, no RNG drawn
+        return training_flops(exercise_model(image_size), torch.randn(batch_size, 3, image_size, image_size))
+
+
 def check_step_flops(step_flops: Callable[[int, int], float], seed: int = 1234) -> None:
     """Compare ``step_flops(batch_size, image_size)`` (forward + backward of ``exercise_model``) with FlopCounterMode."""
     rng = np.random.default_rng(seed)
@@ -127,8 +134,7 @@ def check_step_flops(step_flops: Callable[[int, int], float], seed: int = 1234) 
         got = call_learner(step_flops, batch_size, image_size)
         if not isinstance(got, numbers.Real) or isinstance(got, bool):
             fail(f"{args} 返回一个数(FLOP)", f"{type(got).__name__} {got!r}"[:80], "返回 FLOP 数本身")
-        with torch.random.fork_rng(), torch.device("meta"):   # shapes only: no memory, no compute, no RNG drawn
-            want = training_flops(exercise_model(image_size), torch.randn(batch_size, 3, image_size, image_size))
+        want = _counted_flops(batch_size, image_size)
         value = float(got)
         ok = math.isfinite(value) and math.isclose(value, want.total, rel_tol=FLOPS_REL_TOL)
         hint = _flops_hint(value / want.total, want.forward / want.total) if not ok and value > 0 and math.isfinite(value) else ""
