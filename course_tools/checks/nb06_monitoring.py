@@ -22,6 +22,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -157,12 +158,18 @@ def _as_indices(found, n: int, case: str) -> list[int]:
     return idx
 
 
+@functools.lru_cache(maxsize=64)
+def _expected_spikes(seed: int) -> tuple[tuple[int, ...], ...]:
+    """``reference_spikes`` of each of ``check_cases(seed)``: computed once per seed."""
+    return tuple(tuple(reference_spikes(case["values"])) for case in check_cases(seed))
+
+
 def check_find_spikes(find_spikes: Callable[[Sequence[float]], Sequence[int]], seed: int = 1234) -> None:
     """``find_spikes(values)`` must return exactly the spikes the rule defines, on every case."""
-    for case in check_cases(seed):
+    for case, expected in zip(check_cases(seed), _expected_spikes(seed)):
         values = case["values"]
         found = _as_indices(call_learner(find_spikes, values.tolist()), len(values), case["name"])
-        expected = reference_spikes(values)
+        expected = list(expected)
         missed = sorted(set(expected) - set(found))
         extra = sorted(set(found) - set(expected))
         want = f"{case['name']}: 报警 {expected if expected else '无'}"
