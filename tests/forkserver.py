@@ -24,10 +24,10 @@ client uses a server only for a run whose environment is the one the server star
 and (when imported) NumPy's global generator are reseeded from the OS in each child, as a new
 interpreter seeds them.
 
-The client side is ``ForkServer`` / ``ForkedRun`` (``tests/pro_runs.py`` and ``tests/homework_scripts.py`` use them): a
-``subprocess.Popen``-like handle (``pid``, ``stdout``, ``poll``, ``wait``, ``communicate``,
-``send_signal``, ``terminate``, ``kill``, ``returncode``; ``stdout`` is ``None`` when the run writes
-to a file the test passed).
+The client side is ``ForkServer`` / ``ForkedRun`` (``tests/pro_runs.py`` and ``tests/homework_scripts.py``
+use them): a ``subprocess.Popen``-like handle (``pid``, ``stdout``, ``poll``, ``wait``,
+``communicate``, ``send_signal``, ``terminate``, ``kill``, ``returncode``; ``stdout`` is ``None``
+when the run writes to a file the test passed).
 """
 from __future__ import annotations
 
