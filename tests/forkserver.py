@@ -46,9 +46,9 @@ MESSAGE = 1 << 20  # the largest request (argv, folder, environment) or reply, i
 PER_TEST = "PYTEST_CURRENT_TEST"  # pytest changes it at every test: not part of the environment compared
 
 
-def environment() -> dict[str, str]:
-    """What a server must have started with to fork runs for this environment."""
-    return {k: v for k, v in os.environ.items() if k != PER_TEST}
+def environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a server must have started with to fork runs with ``env`` (default: this process's)."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k != PER_TEST}
 
 
 # ---------------------------------------------------------------- server (its own process)
@@ -255,7 +255,7 @@ class ForkServer:
     def __init__(self, script: Path | None, *, modules: tuple[str, ...] = (), path: tuple[Path, ...] = (),
                  torch: bool = True, env: dict[str, str] | None = None) -> None:
         self.script = None if script is None else str(script)
-        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k != PER_TEST}
+        self.env = environment(env)
         setup = {"script": self.script, "modules": list(modules), "path": [str(p) for p in path], "torch": torch}
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._process = subprocess.Popen([sys.executable, __file__, str(theirs.fileno()), json.dumps(setup)],
@@ -272,8 +272,7 @@ class ForkServer:
 
     def usable(self, env: dict[str, str] | None = None) -> bool:
         """Whether a run with ``env`` (default: this process's environment) can be forked."""
-        wanted = environment() if env is None else {k: v for k, v in env.items() if k != PER_TEST}
-        return self.error is None and self._process.poll() is None and wanted == self.env
+        return self.error is None and self._process.poll() is None and environment(env) == self.env
 
     def close(self) -> None:
         """End the server and the runs it forked (as the end of the test process does)."""
@@ -325,6 +324,20 @@ class ForkServer:
                 run._forked(reply["pid"])
             else:
                 run._finished(reply["code"])
+
+
+_SHARED: dict[tuple, ForkServer] = {}  # this process's servers, one per setup and environment
+_SHARED_LOCK = threading.Lock()  # checks start runs from several threads
+
+
+def shared_server(script: Path | None, *, modules: tuple[str, ...] = (), path: tuple[Path, ...] = (),
+                  torch: bool = True, env: dict[str, str] | None = None) -> ForkServer:
+    """This process's server for that setup and environment (``ForkServer``'s arguments), started on first use."""
+    key = (str(script), tuple(modules), tuple(str(p) for p in path), torch, frozenset(environment(env).items()))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = ForkServer(script, modules=modules, path=path, torch=torch, env=env)
+        return _SHARED[key]
 
 
 if __name__ == "__main__":

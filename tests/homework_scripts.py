@@ -15,12 +15,11 @@
 from __future__ import annotations
 
 import subprocess
-import threading
 from pathlib import Path
 from typing import IO
 
 from course_tools.checks.nb10_homework import HEALTHY, LOCAL, TRAIN, TWIN
-from tests.forkserver import PER_TEST, ForkServer
+from tests.forkserver import ForkServer, shared_server
 from tests.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
@@ -57,22 +56,18 @@ class ForkingLauncher:
 
     def __init__(self, modules: tuple[str, ...], path: tuple[Path, ...] = (), torch: bool = False) -> None:
         self.modules, self.path, self.torch = modules, path, torch
-        self._servers: dict[frozenset, ForkServer] = {}
-        self._lock = threading.Lock()  # the verdict tests run checks in threads
+        self._servers: set[ForkServer] = set()  # the ones its runs asked for
 
     def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
                  writable: Path) -> subprocess.Popen:
-        key = frozenset((k, v) for k, v in env.items() if k != PER_TEST)
-        with self._lock:
-            if key not in self._servers:
-                self._servers[key] = ForkServer(None, modules=self.modules, path=self.path, torch=self.torch, env=env)
-            server = self._servers[key]
+        server = shared_server(None, modules=self.modules, path=self.path, torch=self.torch, env=env)
+        self._servers.add(server)
         run = server.start(argv[2:], cwd=str(cwd), new_session=True, script=argv[1], env=env, stdout=stdout.fileno())
         return run if run is not None else LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
 
     def forks(self) -> bool:
         """Whether every server so far forks (``False``: their runs started as real interpreters)."""
-        return bool(self._servers) and all(server.error is None for server in self._servers.values())
+        return bool(self._servers) and all(server.error is None for server in self._servers)
 
 
 FORKED = ForkingLauncher(("fake_train", "fake_overfit"), (FAKES,))  # the torch-free fakes

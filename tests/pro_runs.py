@@ -28,7 +28,7 @@ import pytest
 from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
-from tests.forkserver import ForkServer, environment
+from tests.forkserver import shared_server
 from tests.notebook_cells import ROOT
 
 SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
@@ -44,9 +44,6 @@ def command(out: Path, *args: str) -> list[str]:
     return [sys.executable, str(SCRIPT), "--out", str(out), *args]
 
 
-_SERVERS: dict[frozenset, ForkServer] = {}  # this test process's fork servers, one per environment
-
-
 def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, **popen: Any) -> subprocess.Popen:
     """Start the script; stdout and stderr together in ``proc.stdout`` (text).
 
@@ -54,11 +51,8 @@ def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, **p
     another ``popen`` option than ``start_new_session`` asks for a real interpreter.
     """
     if fork and env is None and set(popen) <= {"start_new_session"}:
-        key = frozenset(environment().items())
-        if key not in _SERVERS:
-            _SERVERS[key] = ForkServer(SCRIPT)
-        server = _SERVERS[key]
-        forked = server.start(["--out", str(out), *args], new_session=popen.get("start_new_session", False))
+        forked = shared_server(SCRIPT).start(["--out", str(out), *args],
+                                             new_session=popen.get("start_new_session", False))
         if forked is not None:
             return forked
     return subprocess.Popen(command(out, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
