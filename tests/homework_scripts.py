@@ -74,8 +74,8 @@ FORKED = ForkingLauncher(("fake_train", "fake_overfit"), (FAKES,))  # the torch-
 FORKED_TORCH = ForkingLauncher(LEARNER_IMPORTS, torch=True)  # real learner scripts: torch and course_utils imported
 
 
-def fake_train(folder: Path, level: int = 4, bug: str | None = None) -> Path:
-    return fake(folder, TRAIN, "fake_train", level=level, bug=bug)
+def fake_train(folder: Path, level: int = 4, bug: str | None = None, **options) -> Path:
+    return fake(folder, TRAIN, "fake_train", level=level, bug=bug, **options)
 
 
 def fake_overfit_pair(folder: Path, healthy_bug: str | None = None, twin_bug: str | None = None) -> tuple[Path, Path]:

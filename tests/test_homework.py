@@ -16,6 +16,7 @@ import nbformat
 import psutil
 import pytest
 
+from course_tools import interrupt
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
 from tests.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
@@ -48,6 +49,10 @@ TRAIN_CASES = {
     "resume/no_optimizer_state": ("check_resume", 4, "no_optimizer_state", {"hint": "第一步一致"}),
     "resume/replays_epoch": ("check_resume", 4, "replays_epoch", {"hint": "第一步就不同"}),
     "resume/no_rng_state": ("check_resume", 4, "no_rng_state", {"expected": "曲线无缝衔接", "hint": "随机数状态也要存进检查点"}),
+    # issue 29: a checkpoint saved at an epoch end before an evaluation that draws from the global generator
+    "resume/eval_after_save": ("check_resume", 4, "eval_after_save",
+                               {"expected": "在 epoch 结尾被 kill", "hint": "普通的 DataLoader 每次 iter()"}),
+    "resume/no_epoch_eval": ("check_resume", 4, "no_epoch_eval", {"expected": "每个 epoch 结束时写一条评估记录"}),
     "resume/resume_adds_max_steps": ("check_resume", 4, "resume_adds_max_steps", {"hint": "--max-steps 是总步数"}),
     "resume/crash": ("check_resume", 4, "crash", {"found": "NameError"}),
     "resume/resume_crashes": ("check_resume", 4, "resume_crashes",
@@ -65,6 +70,8 @@ TRAIN_CASES = {
                                                             "hint": "EMA 的状态要存进检查点"}),
     "ema/ema_not_restored": ("check_ema", 4, "ema_not_restored", {"expected": "最后的 loss_ema 与不中断的运行相同",
                                                                   "hint": "--resume 时恢复"}),
+    "ema/eval_after_save": ("check_ema", 4, "eval_after_save",
+                            {"expected": "在 epoch 结尾被 kill", "hint": "普通的 DataLoader 每次 iter()"}),
     "ema/ema_before_step": ("check_ema", 4, "ema_before_step", {"expected": "--ema-decay 1e-6", "hint": "落后一步"}),
     "ema/ema_decay_swapped": ("check_ema", 4, "ema_decay_swapped", {"expected": "--ema-decay 1e-6", "hint": "不要写反"}),
     "ema/ema_raw_twice": ("check_ema", 4, "ema_raw_twice", {"expected": "与原始权重不同", "hint": "评估的还是原始模型"}),
@@ -142,7 +149,8 @@ def test_every_fake_bug_is_a_case():
 
 
 # The checks whose verdicts rest on measured numbers (EMA, RNG state, the clip acting), on 50 other seeds
-SWEPT = ["right/resume", "right/clipping", "right/ema", "resume/no_rng_state", "clipping/clip_noop",
+SWEPT = ["right/resume", "right/clipping", "right/ema", "resume/no_rng_state", "resume/eval_after_save",
+         "ema/eval_after_save", "clipping/clip_noop",
          "ema/ema_not_saved", "ema/ema_before_step", "ema/ema_decay_swapped", "ema/ema_raw_twice"]
 
 
@@ -309,8 +317,44 @@ def test_the_resumed_process_sees_only_its_own_folder(tmp_path):
     launcher = RecordingLauncher()
     homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
     resumed = [la for la in launcher.launches if "--resume" in la["argv"]]
-    assert len(resumed) == 1 and "metrics.jsonl" not in resumed[0]["holds"], resumed  # moved out of its reach
-    assert "checkpoint.json" in resumed[0]["holds"]
+    assert len(resumed) == 2, resumed  # the mid-epoch and the epoch-end kill
+    for launch in resumed:
+        assert "metrics.jsonl" not in launch["holds"] and "checkpoint.json" in launch["holds"], launch  # moved away
+
+
+def test_kills_are_exact_steps_counted_in_the_script(tmp_path):
+    """issue 29: the killed runs start through course_tools.interrupt with their step; nothing else does."""
+    launcher = RecordingLauncher()
+    message = homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
+    script = str((tmp_path / "hw" / TRAIN).resolve())
+    killed = {la["argv"][2]: la["argv"] for la in launcher.launches if la["argv"][1] == interrupt.__file__}
+    assert set(killed) == {"25", "9"}, launcher.launches  # mid-epoch; the fake's epoch is 8 steps: after step 9
+    assert all(argv[3] == script for argv in killed.values())
+    every = killed["9"][killed["9"].index("--ckpt-every-steps") + 1]
+    assert every == "8", killed["9"]  # a checkpoint at every epoch end
+    plain = [la["argv"] for la in launcher.launches if la["argv"][1] != interrupt.__file__]
+    assert len(plain) == 3 and all(argv[1] == script for argv in plain)  # the reference and the two resumes
+    assert "step 20(epoch 中间)和 step 8(epoch 结尾" in message and homework.POLLED_NOTE not in message
+
+
+def test_a_script_without_a_torch_optimizer_is_killed_by_watching_its_log(tmp_path):
+    message = homework.check_resume(fake_train(tmp_path / "hw", hook=False), launcher=FORKED)
+    assert message.startswith("升级 2") and homework.POLLED_NOTE in message
+
+
+@pytest.mark.slow
+def test_the_step_hook_kills_a_real_torch_script_after_exactly_k_steps(tmp_path):
+    script = tmp_path / "steps.py"
+    script.write_text("import sys, torch\n"
+                      "m = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                      "for i in range(1, 50):\n"
+                      "    m(torch.ones(1, 2)).sum().backward()\n    opt.step()\n    print(i, sys.argv[1:], flush=True)\n",
+                      encoding="utf-8")
+    import subprocess
+    out = subprocess.run([sys.executable, interrupt.__file__, "7", str(script), "--x", "1"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == -9, out
+    assert out.stdout.splitlines() == [f"{i} ['--x', '1']" for i in range(1, 7)]  # killed inside step 7
 
 
 def test_files_written_by_the_script_are_read_with_care(tmp_path, monkeypatch):

@@ -199,6 +199,19 @@ def test_a_checkpoint_without_the_rng_state_is_diagnosed(learner, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("upgrade", [2, 4])
+def test_a_checkpoint_saved_before_an_evaluation_with_a_plain_dataloader_is_diagnosed(learner, tmp_path, upgrade):
+    """issue 29: the epoch-end checkpoint is saved, then the evaluation's DataLoader draws from the global generator;
+    a resume from a mid-epoch checkpoint passes, the one from the epoch end does not."""
+    folder = _mutated(learner[upgrade], TRAIN, "test_loader = make_loader(test_set, 512, shuffle=False)",
+                      "test_loader = torch.utils.data.DataLoader(test_set, batch_size=512)", tmp_path)
+    with pytest.raises(CheckFailed) as info:
+        (homework.check_resume if upgrade == 2 else homework.check_ema)(folder / TRAIN, launcher=FORKED_TORCH)
+    assert "在 epoch 结尾被 kill" in info.value.expected, info.value
+    assert "从 epoch 中间续训是一致的" in info.value.hint and "普通的 DataLoader 每次 iter()" in info.value.hint, info.value
+
+
+@pytest.mark.slow
 def test_an_ema_left_out_of_the_resume_is_diagnosed(learner, tmp_path):
     folder = _mutated(learner[4], TRAIN, "optimizer=optimizer, ema=ema)[\"step\"]", "optimizer=optimizer)[\"step\"]",
                       tmp_path)

@@ -60,11 +60,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from course_tools import interrupt
 from course_tools.checks import CheckFailed, expect, fail, passed
+from course_tools.cputime import WALL_FACTOR, cpu_clock
 from course_tools.quiet import quiet_environ
+from course_utils.data import default_data_root
 from course_utils.repro import git_commit
 
-__all__ = ["SEED", "SMALL_RUN", "TIMEOUT", "METRICS_CAP", "CONFIG_CAP", "Launcher", "LOCAL", "Upgrade", "UPGRADES",
+__all__ = ["SEED", "SMALL_RUN", "CPU_LIMIT", "METRICS_CAP", "CONFIG_CAP", "Launcher", "LOCAL", "Upgrade", "UPGRADES",
            "read_records", "read_train_records", "check_config", "check_resume", "check_clipping", "check_ema",
            "check_overfit", "HINTS"]
 
@@ -72,10 +75,11 @@ __all__ = ["SEED", "SMALL_RUN", "TIMEOUT", "METRICS_CAP", "CONFIG_CAP", "Launche
 SEED = 1234
 # Tiny runs: the smallest model on 10% of the data; --max-steps ends them, not --epochs.
 SMALL_RUN = ["--model", "tiny", "--data-fraction", "0.1", "--batch-size", "32", "--epochs", "1000"]
-TIMEOUT = 300       # seconds for one run of a script
+CPU_LIMIT = 60      # CPU seconds for one run of a script (a check's run takes a few); WALL_FACTOR x this in wall time
 METRICS_CAP = 64 * 2**20   # bytes: a metrics.jsonl larger than this is refused unread
 CONFIG_CAP = 2**20         # bytes: the same for config.json
 _POLL = 0.05        # seconds between looks at the running scripts
+_CLOCK_EVERY = 0.5  # seconds between readings of their CPU clocks
 _TAIL = 6           # log lines shown when no error line can be recognised
 
 
@@ -102,8 +106,10 @@ LOCAL: Launcher = _launch_local  # a plain subprocess in its own session (the le
 
 
 def _env() -> dict[str, str]:
-    # One thread per process: the checks run two or three scripts side by side.
-    return {**quiet_environ(), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # One thread per process: the checks run two or three scripts side by side. The data is always the
+    # stand-in (a data root without CIFAR-10), as in the grader: an epoch of the small run is 16 steps everywhere.
+    return {**quiet_environ(), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "COURSE_DATA": str(default_data_root() / "checks")}
 
 
 def _script(path: str | os.PathLike) -> Path:
@@ -164,29 +170,46 @@ def _announce(*scripts: Path) -> None:
     print("运行: " + "、".join(str(s) for s in scripts))
 
 
+_SIGKILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)  # a process killed by SIGKILL; through bwrap, 128 + 9
+
+
 class _Run:
-    """One run of a learner's script: command, log file and run folder (``--out``)."""
+    """One run of a learner's script: command, log file and run folder (``--out``).
+
+    ``kill_after``: the run is SIGKILLed right after its ``kill_after``-th optimizer step, inside
+    its own process (:mod:`course_tools.interrupt`); the check kills it when ``metrics.jsonl``
+    shows that step only if the script steps no ``torch.optim`` optimizer (``polled``).
+    """
 
     def __init__(self, script: Path, args: list[str], workdir: Path, name: str, what: str,
-                 launcher: Launcher | None = None, log_name: str | None = None) -> None:
-        self.script, self.what = script, what
+                 launcher: Launcher | None = None, log_name: str | None = None, kill_after: int | None = None) -> None:
+        self.script, self.what, self.kill_after = script, what, kill_after
         self.launcher = launcher or LOCAL
         self.advice = ""  # said before the reproduce command when the script stops with an error
         self.out = workdir / name
         self.log = workdir / f"{log_name or name}.log"
         self.args = ["--out", str(self.out), *args]
         self.proc: subprocess.Popen | None = None
+        self.polled = False   # killed by the check on seeing step kill_after in the log (not by the step hook)
+        self.cpu = lambda: 0.0
         self._handle = None
 
     def start(self) -> _Run:
         self.out.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.log, "w", encoding="utf-8")
-        self.proc = self.launcher([sys.executable, str(self.script), *self.args], cwd=self.script.parent,
-                                  env=_env(), stdout=self._handle, writable=self.out)
+        argv = [sys.executable, str(self.script), *self.args]
+        if self.kill_after is not None:
+            argv[1:1] = [interrupt.__file__, str(self.kill_after)]
+        self.proc = self.launcher(argv, cwd=self.script.parent, env=_env(), stdout=self._handle, writable=self.out)
+        self.cpu = cpu_clock(self.proc)
         return self
 
     def poll(self) -> int | None:
         return self.proc.poll()
+
+    def killed_as_planned(self) -> bool:
+        """It ended by the SIGKILL the check planned (after step ``kill_after``, or by the fallback poll)."""
+        return self.kill_after is not None and (self.polled or self.proc.poll() in _SIGKILLED)
 
     def kill(self) -> None:
         """SIGKILL the script and whatever it started (data-loader workers): a ``kill -9``."""
@@ -271,23 +294,48 @@ def _too_many_steps(run: _Run, limit: int, resumed: bool = False) -> None:
     fail(f"{run.what} 在 step {limit} 结束(--max-steps {limit})", f"metrics.jsonl 里已经出现 step {run.max_step()}", hint)
 
 
-def _watch(runs: list[_Run], limit: int | None = None, until: Callable[[], bool] | None = None,
-           ok: bool = True, resumed: bool = False) -> None:
-    """Wait until every run has exited (or ``until()`` holds). Stop everything at the first run that
-    exits with an error (``ok``), logs a step beyond ``limit``, or exceeds ``TIMEOUT``."""
-    deadline = time.monotonic() + TIMEOUT
+def _over_time(run: _Run, wall: bool) -> None:
+    if wall:
+        fail(f"{run.what} 在 {WALL_FACTOR * CPU_LIMIT} s 内结束", f"超时: {WALL_FACTOR * CPU_LIMIT} s 后仍在运行,"
+             f"只用了 {run.cpu():.0f} s CPU 时间: 它在等待(sleep、input() 或卡住的读写)",
+             f"检查的运行只有几十步,几秒就能跑完。复现: {run.command()}")
+    fail(f"{run.what} 用不到 {CPU_LIMIT} s CPU 时间(检查的运行只有几十步)", f"超时: 已用 {run.cpu():.0f} s CPU 时间,还没结束",
+         f"是不是没有在 --max-steps 处停下,或者用了完整的数据和模型?复现: {run.command()}")
+
+
+def _watch(runs: list[_Run], limit: int | None = None, ok: bool = True, resumed: bool = False,
+           on_poll: Callable[[], None] | None = None) -> None:
+    """Wait until every run has exited; ``on_poll()`` at each look may append runs to ``runs``.
+
+    A run with ``kill_after`` that logs that step while still alive is killed here (its script
+    steps no ``torch.optim`` optimizer: the fallback). Everything stops at the first run that
+    exits with an error (``ok``; the planned SIGKILL is not one), logs a step beyond ``limit``,
+    or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall time: limits in
+    CPU time give the same verdict on a busy machine.
+    """
+    start = time.monotonic()
+    next_clock = start + _CLOCK_EVERY
     try:
         while True:
+            if on_poll is not None:
+                on_poll()
             codes = [run.poll() for run in runs]
             for run, rc in zip(runs, codes):
-                if rc is not None and (rc != 0 if ok else run.crashed()):
+                if rc is not None and not run.killed_as_planned() and (rc != 0 if ok else run.crashed()):
                     _early_exit(run, rc, ok, runs)
                 if limit is not None and run.max_step() > limit:
                     _too_many_steps(run, limit, resumed)
-            if all(rc is not None for rc in codes) or (until is not None and until()):
+                if rc is None and run.kill_after is not None and run.max_step() >= run.kill_after:
+                    run.polled = True
+                    run.kill()
+            if all(run.poll() is not None for run in runs):
                 return
-            if time.monotonic() > deadline:
-                fail(f"{runs[0].what} 在 {TIMEOUT} s 内结束", "超时", f"复现: {runs[0].command()}")
+            now = time.monotonic()
+            if now >= next_clock:
+                next_clock = now + _CLOCK_EVERY
+                for run in runs:
+                    if run.poll() is None and (now - start > WALL_FACTOR * CPU_LIMIT or run.cpu() > CPU_LIMIT):
+                        _over_time(run, wall=now - start > WALL_FACTOR * CPU_LIMIT)
             time.sleep(_POLL)
     except BaseException:
         for run in runs:
@@ -456,58 +504,120 @@ RESUME_RUN = ["--dropout", "0.5", *SMALL_RUN]  # dropout: the global generator's
 
 
 @dataclass
+class _Resumed:
+    """A run killed at one point, then resumed with ``--resume``."""
+
+    where: str                            # the kill point in words: "epoch 中间" / "epoch 结尾"
+    run: _Run                             # the resumed process
+    killed_at: int                        # the last step the killed process logged
+    first: int                            # the resumed process's first step
+    after: dict[int, dict[str, Any]]      # its training records
+    polled: bool = False                  # the kill came from watching the log (no torch.optim step to count)
+
+
+@dataclass
 class _Interrupted:
-    """An uninterrupted run and a killed-then-resumed one with the same command line."""
+    """An uninterrupted run, and the same command killed mid-epoch and at an epoch end, each resumed."""
 
     ref: _Run
-    resumed: _Run
-    killed_at: int
-    before: dict[int, dict[str, Any]]     # training records written before the kill
-    reference: dict[int, dict[str, Any]]  # the uninterrupted run's
-    after: dict[int, dict[str, Any]]      # the resumed process's
-    first: int                            # its first step
+    reference: dict[int, dict[str, Any]]  # the uninterrupted run's training records
+    epoch_end: int                        # the step of its first epoch end (its first evaluation record)
+    resumes: list[_Resumed]               # mid-epoch, then epoch end
+
+
+EPOCH_END_HINT = ("每个 epoch 结束时评估一次,写一条 \"split\": \"val\" 记录(约定 2):检查用第一条找到 epoch 的结尾,"
+                  "在那之后再 kill 一次")
+
+
+def _epoch_end(ref: _Run, total_steps: int) -> int | None:
+    """The step of the reference's first evaluation record before its last step: the end of its first epoch."""
+    steps = [r["step"] for r in ref.records() if isinstance(r, dict) and r.get("split") == "val"
+             and isinstance(r.get("step"), int) and 0 < r["step"] < total_steps]
+    return min(steps, default=None)
+
+
+def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    i = args.index(flag)
+    return [*args[:i + 1], value, *args[i + 2:]]
+
+
+def _killed(run: _Run, total_steps: int) -> int:
+    """The last step ``run`` logged before its planned SIGKILL; fails when it was not killed mid-training."""
+    written = run.max_step()
+    if not run.killed_as_planned():
+        expect(written >= run.kill_after, f"{run.what}一直训练到 step {total_steps}",
+               f"进程正常退出,metrics.jsonl 只记到 step {written}", "--max-steps 到了才结束;检查会同时传 --epochs 1000")
+    if not run.killed_as_planned() or (run.polled and written >= total_steps):
+        fail(f"{run.what}在第 {run.kill_after} 个优化器步之后被 SIGKILL(训练还没结束)",
+             f"检查来得及 kill 它之前,进程已经跑完了 {total_steps} 步",
+             f"脚本没有调用 torch.optim 优化器的 step():检查平时在进程里数优化器步、到第 {run.kill_after} 步就 kill,"
+             f"这里只能等 metrics.jsonl 出现 step {run.kill_after} 再 kill,这次没赶上(机器很忙时会这样)。"
+             "稍后在空闲时重试;用 torch.optim 的优化器就没有这个问题")
+    expect(bool(run.records()), f"{run.what}被 SIGKILL 时,metrics.jsonl 里已有之前各步的记录",
+           f"它在 step {run.kill_after} 之后被 kill,metrics.jsonl 里一条训练记录也没有",
+           "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
+    return written
 
 
 def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher | None, total_steps: int,
                  kill_after: int, extra: list[_Run] = ()) -> _Interrupted:
-    """Run ``common`` twice side by side (and ``extra`` beside them), SIGKILL one of them once its
-    ``metrics.jsonl`` shows step ``kill_after``, move its ``metrics.jsonl`` out of its folder and
-    resume it with ``--resume``. Fails on a run that cannot be killed mid-training."""
+    """Run ``common`` to the end (the reference) and twice more, each SIGKILLed at an exact step and resumed.
+
+    Kill points: after step ``kill_after`` (mid-epoch, checkpoints as ``common`` says) and after
+    the first step of the second epoch, with a checkpoint at every epoch end (``--ckpt-every-steps``
+    = the epoch's length, read from the reference's first evaluation record). Whatever the
+    script does between a save and the next step (an evaluation whose ``DataLoader`` draws from
+    the global generator) then shows. The epoch-end run starts as soon as the reference has
+    logged that record; ``extra`` runs beside them. Each killed run's ``metrics.jsonl`` is moved
+    out of its folder, then both resume side by side. Fails on a run that cannot be killed mid-training.
+    """
     ref = _Run(script, common, tmp, "ref", "不中断的参照运行", launcher)
-    run = _Run(script, common, tmp, "run", "被中断的运行", launcher)
-    others = [ref, *extra]
-    for r in (ref, run, *extra):
+    mid = _Run(script, common, tmp, "mid", "在 epoch 中间被中断的运行", launcher, kill_after=kill_after)
+    runs = [ref, mid, *extra]
+    cut: list[_Run] = []
+
+    def start_epoch_end() -> None:
+        end = None if cut else _epoch_end(ref, total_steps)
+        if end is not None:
+            cut.append(_Run(script, _with_flag(common, "--ckpt-every-steps", str(end)), tmp, "end",
+                            f"在 epoch 结尾(step {end})之后被中断的运行", launcher, kill_after=end + 1).start())
+            runs.append(cut[0])
+
+    for r in runs:
         r.start()
     try:
-        _watch([run, *others], limit=total_steps, until=lambda: run.max_step() >= kill_after)
-        if run.poll() is not None:  # exited with code 0 before we could kill it
-            read_train_records(run.out)
-            written = run.max_step()
-            expect(written >= kill_after, f"被中断的运行一直训练到 step {total_steps}",
-                   f"进程正常退出,metrics.jsonl 只记到 step {written}",
-                   "--max-steps 到了才结束;检查会同时传 --epochs 1000")
-            fail(f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
-                 f"进程已跑完 {total_steps} 步并退出,这之前 metrics.jsonl 里没有 step {kill_after}",
-                 "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
-        run.kill()
-        killed_at = run.max_step()  # after the kill: a busy machine may let it log (and save) a few more steps
-        expect(killed_at < total_steps, f"step {kill_after} 出现在 metrics.jsonl 时进程还在训练(好在这时 kill 它)",
-               f"metrics.jsonl 第一次有内容时已经记到 step {killed_at}(训练已结束)",
-               "metrics.jsonl 要边训练边写: 至少每次存检查点前 flush() 一次")
-        _watch(others, limit=total_steps)
+        _watch(runs, limit=total_steps, on_poll=start_epoch_end)
     finally:
-        for r in (ref, run, *extra):
+        for r in runs:
             r.kill()
-    before = read_train_records(run.out)
-    os.replace(run.out / "metrics.jsonl", tmp / "run.before_kill.jsonl")  # out of reach of the resumed process
-    resumed = _Run(script, [*common, "--resume"], tmp, "run", "--resume 续训", launcher, log_name="resume")
-    resumed.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
-                      "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
-    _run_all([resumed], limit=total_steps, resumed=True)
     reference = read_train_records(ref.out)
-    expect((run.out / "metrics.jsonl").exists(), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
+    expect(bool(cut), f"{ref.what}在每个 epoch 结束时写一条评估记录", f"{total_steps} 步里没有一条 step < {total_steps} 的"
+           " \"split\": \"val\" 记录", EPOCH_END_HINT)
+    end = cut[0]
+    killed = [(mid, "epoch 中间", _killed(mid, total_steps)), (end, "epoch 结尾", _killed(end, total_steps))]
+    resumed = []
+    for run, _, _ in killed:
+        os.replace(run.out / "metrics.jsonl", tmp / f"{run.out.name}.before_kill.jsonl")  # out of the resumed one's reach
+        again = _Run(script, [*run.args[2:], "--resume"], tmp, run.out.name, "--resume 续训", launcher,
+                     log_name=f"{run.out.name}.resume")
+        again.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
+                        "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
+        resumed.append(again)
+    _run_all(resumed, limit=total_steps, resumed=True)
+    epoch_end = end.kill_after - 1
+    resumes = [_verify(again, where, killed_at, tmp / f"{run.out.name}.before_kill.jsonl", reference, total_steps,
+                       epoch_end, run.polled) for (run, where, killed_at), again in zip(killed, resumed)]
+    return _Interrupted(ref, reference, epoch_end, resumes)
+
+
+def _verify(resumed: _Run, where: str, killed_at: int, before_path: Path, reference: dict[int, dict[str, Any]],
+            total_steps: int, epoch_end: int, polled: bool) -> _Resumed:
+    """The resumed run continues the killed one's log and the reference's losses, step by step."""
+    before = {r["step"]: r for r in read_records(before_path) if isinstance(r, dict)
+              and r.get("split", "train") == "train" and isinstance(r.get("step"), int)}
+    expect((resumed.out / "metrics.jsonl").exists(), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
            "--resume 时追加或重新创建 metrics.jsonl 都可以")
-    after = read_train_records(run.out)
+    after = read_train_records(resumed.out)
     first = min(after)
     expect(first > 1, "--resume 从检查点接着训练(续训进程的第一步 > 1)", "续训进程从 step 1 重新开始",
            "--resume 时加载 --out 里最新的检查点,并从它保存的 step 接着数")
@@ -522,17 +632,32 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
     mismatched = [s for s in sorted(after) if s not in reference or not _close(after[s]["loss"], reference[s]["loss"])]
     if mismatched:
         s = mismatched[0]
-        hint = ("续训后的第一步就不同: 这一步的 batch、模型权重或 dropout 的随机掩码和原来的不一样。"
-                "数据顺序要只取决于 (seed, epoch),并从 epoch 中间接着取: "
-                "make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k);dropout 的掩码取自 torch 的全局"
-                "随机数生成器,它的随机数状态也要存进检查点并恢复"
-                if s == first else
-                f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
-                "或随机数状态没有完整恢复")
+        if where == "epoch 结尾":
+            hint = (f"从 epoch 中间续训是一致的,从 epoch 结尾(step {epoch_end})的检查点续训却对不上:存下这份检查点之后、"
+                    "下一步训练之前,脚本又从 torch 的全局随机数生成器取过数,检查点里的随机数状态已经不是训练接着用的"
+                    "那个(dropout 的掩码随之改变)。最常见的是评估: 普通的 DataLoader 每次 iter() 都从全局生成器取一个种子,"
+                    "shuffle=False 也一样。评估用 make_loader(test_set, 512, shuffle=False)(它有自己的 generator),"
+                    "或者评估完再存检查点")
+        elif s == first:
+            hint = ("续训后的第一步就不同: 这一步的 batch、模型权重或 dropout 的随机掩码和原来的不一样。"
+                    "数据顺序要只取决于 (seed, epoch),并从 epoch 中间接着取: "
+                    "make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k);dropout 的掩码取自 torch 的全局"
+                    "随机数生成器,它的随机数状态也要存进检查点并恢复")
+        else:
+            hint = (f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
+                    "或随机数状态没有完整恢复")
         ref_loss = f"{reference[s]['loss']:.5f}" if s in reference else "没有这一步"
-        fail("续训后的 loss 与不中断的运行逐步一致(曲线无缝衔接)",
+        fail(f"在 {where}被 kill、续训后的 loss 与不中断的运行逐步一致(曲线无缝衔接)",
              f"step {s}: 续训 {after[s]['loss']:.5f} vs 不中断 {ref_loss}", hint)
-    return _Interrupted(ref, resumed, killed_at, before, reference, after, first)
+    return _Resumed(where, resumed, killed_at, first, after, polled)
+
+
+POLLED_NOTE = ("。注意: 脚本没有调用 torch.optim 优化器的 step(),检查只能在 metrics.jsonl 出现那一步时 kill 它,"
+               "kill 的时机取决于机器忙不忙")
+
+
+def _polled_note(got: _Interrupted) -> str:
+    return POLLED_NOTE if any(r.polled for r in got.resumes) else ""
 
 
 def _close(a: float, b: float, rel: float = 1e-3) -> bool:
@@ -541,13 +666,14 @@ def _close(a: float, b: float, rel: float = 1e-3) -> bool:
 
 def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int = 60, kill_after: int = 25,
                  every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
-    """Upgrade 2: SIGKILL mid-run, ``--resume``: the loss curve equals the uninterrupted run's.
+    """Upgrade 2: SIGKILL, ``--resume``: the loss curve equals the uninterrupted run's, from two kill points.
 
-    Runs the script twice side by side with the same seed (and dropout, so the global RNG
-    state matters): one runs to the end (the reference), the other is killed with SIGKILL (no
-    chance to save) once ``metrics.jsonl`` shows step ``kill_after``. Its ``metrics.jsonl`` is
-    moved aside, then it is resumed: the resumed process must start after step 1 and its
-    losses must match the reference at the same steps.
+    The same command (same seed, and dropout, so the global RNG state matters) runs to the
+    end as the reference, and is SIGKILLed twice more right after an exact optimizer step (no
+    chance to save; :mod:`course_tools.interrupt`): after step ``kill_after`` (mid-epoch) and
+    after the first step that follows the first epoch end, with a checkpoint at that epoch end.
+    Each killed run's ``metrics.jsonl`` is moved aside and it resumes: the resumed process must
+    start after step 1 and its losses must match the reference at the same steps.
     """
     script = _script(script)
     _announce(script)
@@ -555,9 +681,11 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
     with _scratch(workdir, "resume") as tmp:
         common = ["--seed", str(seed), "--max-steps", str(total_steps), "--ckpt-every-steps", str(every), *RESUME_RUN]
         got = _interrupted(script, common, tmp, launcher, total_steps, kill_after)
-        worst = max(abs(got.after[s]["loss"] - got.reference[s]["loss"]) for s in got.after)
-    return _finish(f"升级 2: 在 step {got.killed_at} 被 SIGKILL,--resume 从 step {got.first} 接上,之后 "
-                   f"{total_steps - got.first + 1} 步的 loss 与不中断的运行一致(最大差 {worst:.1e})", start)
+        worst = max(abs(r.after[s]["loss"] - got.reference[s]["loss"]) for r in got.resumes for s in r.after)
+    mid, end = got.resumes
+    return _finish(f"升级 2: 两次 SIGKILL 后,从 step {mid.first - 1}(epoch 中间)和 step {end.first - 1}(epoch 结尾,"
+                   f"评估之后)的检查点各续训一次,之后每一步的 loss 都与不中断的运行一致(最大差 {worst:.1e}){_polled_note(got)}",
+                   start)
 
 
 # ------------------------------------------------------------------ upgrade 3
@@ -645,12 +773,13 @@ def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30
               every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 4: EMA of the weights, evaluated next to the raw ones, kept in the checkpoint.
 
-    Four runs side by side (then one resume), each ending with an evaluation record:
+    Four runs side by side, a fifth from the first epoch end (then two resumes), each ending with an evaluation record:
     ``--ema-decay 0`` has no EMA fields; with ``--ema-decay 1e-6`` the EMA is the raw weights
     of the same step (an EMA updated before ``optimizer.step()`` lags one step behind, one
     with ``decay`` and ``1 - decay`` swapped stays near its start); with ``--ema-decay 0.9``
     the EMA evaluates differently from the raw weights (not the raw model twice), and after a
-    SIGKILL and ``--resume`` exactly as in the uninterrupted run (the EMA is in the checkpoint).
+    SIGKILL and ``--resume``, mid-epoch and at an epoch end as in ``check_resume``, exactly as in the
+    uninterrupted run (the EMA is in the checkpoint).
     """
     script = _script(script)
     _announce(script)
@@ -675,16 +804,19 @@ def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30
                f"loss_ema {close['loss_ema']:.6f} vs loss {close['loss']:.6f}",
                "每次 optimizer.step() 之后更新 EMA(在它之前更新,EMA 就落后一步);"
                "公式是 ema = decay * ema + (1 - decay) * w(decay 和 1 - decay 不要写反)")
-        resumed = _final_eval(got.resumed, total_steps, ema=True)
-        for key in ("loss_ema", "acc_ema"):
-            expect(_rel(resumed[key], ref[key]) <= RESUMED_EMA_TOLERANCE, f"kill 并 --resume 之后,最后的 {key} 与不中断的运行相同",
-                   f"续训 {resumed[key]:.7f} vs 不中断 {ref[key]:.7f}(原始权重的 loss: {resumed['loss']:.7f} vs "
-                   f"{ref['loss']:.7f})",
-                   "EMA 的状态要存进检查点并在 --resume 时恢复(EMA.state_dict() 含权重和更新次数;"
-                   "training_state(..., ema=ema) / restore_training_state(..., ema=ema))")
+        for r in got.resumes:
+            resumed = _final_eval(r.run, total_steps, ema=True)
+            for key in ("loss_ema", "acc_ema"):
+                expect(_rel(resumed[key], ref[key]) <= RESUMED_EMA_TOLERANCE,
+                       f"在 {r.where}被 kill、--resume 之后,最后的 {key} 与不中断的运行相同",
+                       f"续训 {resumed[key]:.7f} vs 不中断 {ref[key]:.7f}(原始权重的 loss: {resumed['loss']:.7f} vs "
+                       f"{ref['loss']:.7f})",
+                       "EMA 的状态要存进检查点并在 --resume 时恢复(EMA.state_dict() 含权重和更新次数;"
+                       "training_state(..., ema=ema) / restore_training_state(..., ema=ema))")
+    mid, end = got.resumes
     return _finish(f"升级 4: EMA 与原始权重并排评估(loss {ref['loss']:.4f}, loss_ema {ref['loss_ema']:.4f}),"
-                   f"decay 趋近 0 时两者一致;在 step {got.killed_at} 被 SIGKILL 后续训,最后的 EMA 评估与不中断的运行相同",
-                   start)
+                   f"decay 趋近 0 时两者一致;从 step {mid.first - 1}(epoch 中间)和 step {end.first - 1}(epoch 结尾)"
+                   f"的检查点续训,最后的 EMA 评估都与不中断的运行相同{_polled_note(got)}", start)
 
 
 # ------------------------------------------------------------------ upgrade 5

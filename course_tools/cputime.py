@@ -1,0 +1,68 @@
+"""CPU seconds used by a process and everything it started: time limits that do not depend on load.
+
+Why: a wall-clock limit fails honest work on a busy machine (two CPU hogs on two cores make a run
+three times slower in wall time, not in CPU time). The grader and the homework checks therefore
+limit what a cell or a script run *computes*, and keep a generous wall-clock backstop
+(``WALL_FACTOR`` times the CPU limit) for code that only sleeps.
+
+How: ``TreeClock(pid)`` sums, over the process and its live descendants, their own CPU time and
+that of the children they already reaped (``psutil``; a process in a bubblewrap PID namespace is
+an ordinary descendant seen from outside). A child that exits between two readings moves its
+time to its parent's ``children_*`` once reaped; the clock never goes backwards (it keeps the
+largest sum seen). A cgroup's own counter, exact even for orphans, is preferred where the
+sandbox has one (``course_tools.sandbox``).
+
+Pitfall: a reading costs a walk over ``/proc`` (about a millisecond for a few processes); read
+it at the polling interval, not in a tight loop.
+
+Example::
+
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    clock = TreeClock(proc.pid)
+    while proc.poll() is None and clock() < 60:
+        time.sleep(0.2)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import psutil
+
+__all__ = ["WALL_FACTOR", "TreeClock", "cpu_clock"]
+
+WALL_FACTOR = 5  # the wall-clock backstop of a CPU-time limit: code that sleeps is stopped after this many times it
+
+
+def _seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class TreeClock:
+    """CPU seconds of process ``pid`` and its descendants since they started (never decreasing)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._best = 0.0
+
+    def __call__(self) -> float:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return self._best
+        total = 0.0
+        for proc in procs:
+            try:
+                total += _seconds(proc)
+            except psutil.Error:  # gone between the listing and the reading: its time is in its parent's soon
+                continue
+        self._best = max(self._best, total)
+        return self._best
+
+
+def cpu_clock(proc) -> Callable[[], float]:
+    """The CPU clock of a started process: its own ``cpu_seconds`` (a sandbox's cgroup counter) if it has one,
+    else a :class:`TreeClock` of its pid."""
+    own = getattr(proc, "cpu_seconds", None)
+    return own if callable(own) else TreeClock(proc.pid)
