@@ -6,8 +6,9 @@ understand (what a checkpoint holds, how it is restored, the command line, the k
 
 - :func:`plot_amnesia` draws section 1's loss and lr curves (uninterrupted, full checkpoint,
   weights only);
-- :func:`run_logged` starts the professional script with its output in a log file;
-  :func:`kill_after_step` SIGKILLs it once its ``metrics.jsonl`` shows a step (section 3);
+- :func:`run_logged` starts the professional script with its output in a log file, optionally to be
+  SIGKILLed right after an exact optimizer step (:mod:`course_tools.interrupt`);
+  :func:`wait_for_kill` waits for that and returns the records on disk then (section 3);
 - :func:`plot_kill_and_resume` draws section 3's curves;
 - :func:`accuracy` evaluates a model on a dataset (section 4);
 - :func:`flip_byte` damages one byte of a tensor's data inside a checkpoint file (section 5);
@@ -16,13 +17,12 @@ understand (what a checkpoint holds, how it is restored, the command line, the k
 
 Example::
 
-    proc = run_logged(command, WORK / "interrupted.log")
-    before_kill = kill_after_step(proc, run_dir, 12)
+    proc = run_logged(command, WORK / "interrupted.log", kill_after=12)
+    before_kill = wait_for_kill(proc, run_dir)
 """
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_tools import interrupt
 from course_utils.data import make_loader
 from course_utils.monitor import read_metrics
 
-__all__ = ["plot_amnesia", "train_records", "run_logged", "kill_after_step",
+__all__ = ["plot_amnesia", "train_records", "run_logged", "wait_for_kill",
            "plot_kill_and_resume", "accuracy", "flip_byte", "pretrained_mlp", "LoRALinear", "add_lora", "train_a_few_steps"]
 
 
@@ -61,26 +62,26 @@ def train_records(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r["split"] == "train"]
 
 
-def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``command`` with stdout and stderr going to ``log``."""
+def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
+               kill_after: int | None = None) -> subprocess.Popen:
+    """Start ``command`` (``[python, script, ...]``) with stdout and stderr going to ``log``.
+
+    ``kill_after``: the process SIGKILLs itself right after its ``kill_after``-th optimizer step
+    (``course_tools.interrupt`` counts torch's ``optimizer.step()`` calls inside it), so the kill
+    lands at the same step however busy the machine is; the script itself is unchanged.
+    """
+    if kill_after is not None:
+        command = [command[0], interrupt.__file__, str(kill_after), *command[1:]]
     with open(log, "w") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def kill_after_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 300) -> list[dict]:
-    """SIGKILL ``proc`` as soon as its ``metrics.jsonl`` records ``step``; return the train records then on disk.
+def wait_for_kill(proc: subprocess.Popen, run_dir: Path, timeout: float = 300) -> list[dict]:
+    """Wait for ``proc`` (started with ``kill_after``) to end; return the train records then on disk.
 
-    Polls every 50 ms. If the process ends by itself first (or ``timeout`` passes), it is not
-    killed: the caller's check of the exit code says so.
+    The caller's check of ``proc.returncode`` (``-signal.SIGKILL``) says whether it was killed.
     """
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        seen = [r["step"] for r in train_records(run_dir)]
-        if seen and max(seen) >= step:
-            proc.kill()  # SIGKILL on Linux/macOS: no handler runs, nothing is flushed
-            break
-        time.sleep(0.05)
-    proc.wait()
+    proc.wait(timeout=timeout)
     return train_records(run_dir)
 
 
