@@ -16,6 +16,9 @@
   checks per learner), ``grade_history`` (the homework's commits), ``grade_similarity`` (near-copies
   between learners), ``grade_report`` (CSV, feedback, merging shards)
 - ``quiet``     the environment of every non-interactive run (tests, grading, homework checks)
+- ``interrupt`` runs a learner's script and SIGKILLs it right after its k-th optimizer step (the
+  homework checks' and 04's exact ``kill -9``)
+- ``cputime``   CPU seconds of a process tree: the time limits of the checks and the grader
 
 Rule: ``course_tools`` imports ``course_utils``; ``course_utils`` never imports ``course_tools``
 (``tests/test_layout.py`` checks the import graph).

@@ -595,8 +595,10 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
            " \"split\": \"val\" 记录", EPOCH_END_HINT)
     end = cut[0]
     killed = [(mid, "epoch 中间", _killed(mid, total_steps)), (end, "epoch 结尾", _killed(end, total_steps))]
-    resumed = []
+    resumed, befores = [], []
     for run, _, _ in killed:
+        befores.append({r["step"]: r for r in run.records() if isinstance(r, dict)
+                        and r.get("split", "train") == "train" and isinstance(r.get("step"), int)})
         os.replace(run.out / "metrics.jsonl", tmp / f"{run.out.name}.before_kill.jsonl")  # out of the resumed one's reach
         again = _Run(script, [*run.args[2:], "--resume"], tmp, run.out.name, "--resume 续训", launcher,
                      log_name=f"{run.out.name}.resume")
@@ -605,16 +607,15 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
         resumed.append(again)
     _run_all(resumed, limit=total_steps, resumed=True)
     epoch_end = end.kill_after - 1
-    resumes = [_verify(again, where, killed_at, tmp / f"{run.out.name}.before_kill.jsonl", reference, total_steps,
-                       epoch_end, run.polled) for (run, where, killed_at), again in zip(killed, resumed)]
+    resumes = [_verify(again, where, killed_at, before, reference, total_steps, epoch_end, run.polled)
+               for (run, where, killed_at), again, before in zip(killed, resumed, befores)]
     return _Interrupted(ref, reference, epoch_end, resumes)
 
 
-def _verify(resumed: _Run, where: str, killed_at: int, before_path: Path, reference: dict[int, dict[str, Any]],
-            total_steps: int, epoch_end: int, polled: bool) -> _Resumed:
-    """The resumed run continues the killed one's log and the reference's losses, step by step."""
-    before = {r["step"]: r for r in read_records(before_path) if isinstance(r, dict)
-              and r.get("split", "train") == "train" and isinstance(r.get("step"), int)}
+def _verify(resumed: _Run, where: str, killed_at: int, before: dict[int, dict[str, Any]],
+            reference: dict[int, dict[str, Any]], total_steps: int, epoch_end: int, polled: bool) -> _Resumed:
+    """The resumed run continues the killed one's log (``before``: its training records) and the reference's
+    losses, step by step."""
     expect((resumed.out / "metrics.jsonl").exists(), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
            "--resume 时追加或重新创建 metrics.jsonl 都可以")
     after = read_train_records(resumed.out)
