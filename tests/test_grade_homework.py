@@ -300,7 +300,8 @@ def graded(tmp_path_factory):
     before = {"class": _snapshot(c), "course": _snapshot(root / "course"), "canary": _snapshot(root / "canary")}
     report = root / "report" / "grades.csv"
     mp = pytest.MonkeyPatch()
-    mp.setattr(nb10_homework, "TIMEOUT", 20)   # the script that sleeps forever
+    mp.setattr(nb10_homework, "CPU_LIMIT", 10)   # CPU seconds: an honest run takes a few
+    mp.setattr(nb10_homework, "WALL_FACTOR", 2)  # the script that sleeps forever: stopped after 20 s
     try:
         start = time.monotonic()
         grades = grade.grade_all([c], solutions, grade.Options(jobs=4, cell_timeout=30, timeout=60,
