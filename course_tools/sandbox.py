@@ -28,7 +28,11 @@ Both get the same mounts, environment and limits:
   the default is 6 GiB), ``RLIMIT_FSIZE``, no core files, and a memory + pids cgroup where one is
   writable; the sandbox dies with the grader (``PR_SET_PDEATHSIG``) and with its launcher
   (``--die-with-parent``): ``os.killpg`` of the process a :class:`ScriptBox` returns ends the
-  whole sandbox;
+  whole sandbox, and that process's ``wait()`` returns once all of it is gone;
+- CPU time: each box counts the CPU seconds its sandbox uses (the cgroup's counter, else the
+  process tree's), for limits that do not depend on the machine's load; ``KernelBox.end`` and the
+  runs' ``wait`` SIGKILL every process of the sandbox and wait for them
+  (:mod:`course_tools.sandbox_procs`);
 - ``interrupt_mode: message``: an interrupt is a message, never a signal to the sandbox's process
   group (which would kill the sandbox).
 
@@ -44,7 +48,8 @@ Example::
     box = KernelBox(private_dir, Limits(), threads=1)
     # AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(),
     #                    transport="ipc", ip=box.ip, connection_file=box.connection_file)
-    box.close()
+    box.started(km.provisioner.pid)        # then box.cpu_seconds() is the kernel's CPU clock
+    box.close()                            # every process of the sandbox killed and gone
     scripts = ScriptBox(scripts=(scratch,))   # a homework check's launcher
     proc = scripts([sys.executable, str(scratch / "train_cifar.py"), "--out", str(run)], cwd=scratch,
                    env=os.environ.copy(), stdout=log, writable=run)
@@ -55,7 +60,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -67,10 +71,11 @@ from pathlib import Path
 from typing import IO
 
 from course_tools.quiet import quiet_environ
+from course_tools.sandbox_procs import Cgroup, SandboxPopen, SandboxProcesses, alive
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
            "package_roots", "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox",
-           "ScriptBox", "folder_size"]
+           "ScriptBox", "SandboxPopen", "folder_size"]
 
 GiB = 2 ** 30
 MiB = 2 ** 20
@@ -261,16 +266,6 @@ def check_available(limits: Limits = Limits()) -> None:
         raise SandboxUnavailable(problem)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def private_dir() -> Path:
     """A fresh folder for one grading run's kernel boxes (``grade-<pid>-*`` in the temp folder, mode 0700).
 
@@ -280,7 +275,7 @@ def private_dir() -> Path:
     tmp = Path(tempfile.gettempdir())
     for old in tmp.glob("grade-*-*"):
         parts = old.name.split("-")
-        if (parts[1].isdigit() and not _alive(int(parts[1])) and not old.is_symlink() and old.is_dir()
+        if (parts[1].isdigit() and not alive(int(parts[1])) and not old.is_symlink() and old.is_dir()
                 and old.stat().st_uid == os.getuid()):
             shutil.rmtree(old, ignore_errors=True)
     try:
@@ -288,80 +283,6 @@ def private_dir() -> Path:
     except OSError:
         pass
     return Path(tempfile.mkdtemp(prefix=f"grade-{os.getpid()}-"))
-
-
-@dataclass
-class Cgroup:
-    """A child cgroup (v2, or v1 memory + pids) limiting one sandbox's memory and process count."""
-
-    dirs: list[Path]
-    procs: list[Path]
-
-    @classmethod
-    def create(cls, limits: Limits) -> "Cgroup | None":
-        """A fresh child of this process's own cgroup, or None where no cgroup is writable."""
-        name = f"course-grade-{os.getpid()}-{secrets.token_hex(4)}"
-        made: list[Path] = []
-        try:
-            lines = Path("/proc/self/cgroup").read_text().splitlines()
-            root = Path("/sys/fs/cgroup")
-            if (root / "cgroup.controllers").exists():  # unified v2 hierarchy
-                own = root / next(l.split(":", 2)[2] for l in lines if l.startswith("0::")).lstrip("/")
-                if not {"memory", "pids"} <= set((own / "cgroup.subtree_control").read_text().split()):
-                    return None
-                made.append(own / name)
-                made[-1].mkdir()
-                settings = {"memory.max": limits.resident or limits.memory, "memory.swap.max": 0,
-                            "pids.max": limits.pids}
-            else:  # v1: one hierarchy per controller
-                where = {}
-                for line in lines:
-                    _, controllers, path = line.split(":", 2)
-                    for c in controllers.split(","):
-                        where[c] = path.lstrip("/")
-                if "memory" not in where:
-                    return None
-                settings = {}
-                for controller, key, value in (("memory", "memory.limit_in_bytes", limits.resident or limits.memory),
-                                               ("pids", "pids.max", limits.pids)):
-                    if controller in where and (root / controller).is_dir():
-                        made.append(root / controller / where[controller] / name)
-                        made[-1].mkdir()
-                        settings[str(made[-1] / key)] = value
-            for key, value in settings.items():
-                target = Path(key) if os.path.isabs(key) else made[0] / key
-                if target.exists():
-                    target.write_text(str(value))
-            return cls(made, [d / "cgroup.procs" for d in made])
-        except (OSError, StopIteration, ValueError, IndexError):
-            cls(made, []).close()
-            return None
-
-    @staticmethod
-    def sweep(lines: list[str]) -> None:
-        """Remove empty cgroups left by a grader that was killed (rmdir fails on a non-empty one)."""
-        for line in lines:
-            _, controllers, path = line.split(":", 2)
-            for c in (controllers.split(",") if controllers else [""]):
-                parent = Path("/sys/fs/cgroup") / c / path.lstrip("/")
-                for old in parent.glob("course-grade-*-*") if parent.is_dir() else []:
-                    pid = old.name.split("-")[2]
-                    if pid.isdigit() and not _alive(int(pid)):
-                        try:
-                            old.rmdir()
-                        except OSError:
-                            pass
-
-    def close(self) -> None:
-        for d in reversed(self.dirs):
-            for _ in range(50):  # the last processes may still be exiting
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
 
 
 @dataclass
@@ -386,6 +307,7 @@ class KernelBox:
         self.connection_file = str(self.conn / "kernel.json")
         self.ip = str(self.conn / "s")
         self.cgroup = Cgroup.create(self.limits) if self.sandbox else None
+        self.processes = SandboxProcesses(self.cgroup)
         if self.sandbox:
             self.cwd = str(self.dir)  # the launcher's cwd outside; inside, bwrap --chdir /scratch
             env = kernel_env(SANDBOX_HOME, "/tmp", self.threads)
@@ -426,7 +348,20 @@ class KernelBox:
             return False
         return total > _CONN_LIMIT
 
+    def started(self, pid: int) -> None:
+        """The kernel manager started this box's kernel as ``pid`` (the launcher, then bwrap)."""
+        self.processes.started(pid)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the kernel's sandbox has used so far (0 before :meth:`started`)."""
+        return self.processes.cpu_seconds()
+
+    def end(self) -> list[int]:
+        """SIGKILL every process of the kernel's sandbox and wait until none is alive (the pids left, if any)."""
+        return self.processes.end()
+
     def close(self) -> None:
+        self.end()
         if self.cgroup:
             self.cgroup.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -460,9 +395,11 @@ class ScriptBox:
     the learner's machine: those files vanish with the sandbox), ``readable`` is bound read-only,
     ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
     A watcher thread kills the sandbox when the run folder grows past ``limits.disk`` and says so
-    in the run's log. ``sandbox=False``: the same launcher stub, environment and limits without
-    bwrap (trusted scripts, and the baseline of ``bench/grading.py``). :meth:`close` after the
-    check removes the cgroups.
+    in the run's log. The process returned is a :class:`SandboxPopen`: ``proc.cpu_seconds()`` is the
+    CPU time of the run's whole sandbox (what :func:`course_tools.cputime.cpu_clock` reads), and
+    ``proc.wait()`` returns once every process of it has ended. ``sandbox=False``: the same launcher
+    stub, environment and limits without bwrap (trusted scripts, and the baseline of
+    ``bench/grading.py``). :meth:`close` after the check ends what is left and removes the cgroups.
     """
 
     scripts: tuple[Path, ...] = ()
@@ -472,41 +409,40 @@ class ScriptBox:
     sandbox: bool = True
 
     def __post_init__(self) -> None:
-        self._cgroups: list[Cgroup] = []
+        self._runs: list[SandboxPopen] = []
         self.killed: list[str] = []   # one line per run the watcher stopped
 
     def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
-                 writable: Path) -> subprocess.Popen:
+                 writable: Path) -> SandboxPopen:
         # What the check set (unbuffered output, one thread, ...), never what the instructor's shell holds.
         own = {k: v for k, v in env.items() if os.environ.get(k) != v}
         writable = Path(writable).resolve()
         if self.sandbox:
             inner = {**kernel_env(SANDBOX_HOME, "/tmp", self.threads), **own}
             cgroup = Cgroup.create(self.limits)
-            if cgroup:
-                self._cgroups.append(cgroup)
+            info = os.pipe()  # bwrap writes its inner pid here (--info-fd): the kill of the outer one misses it
             command = _launcher(_launch_config(self.limits, None, cgroup),
-                                ["bwrap", *_bwrap_args(self.limits, inner, [writable], self.readable, str(cwd),
-                                                       self.scripts),
+                                ["bwrap", "--info-fd", str(info[1]),
+                                 *_bwrap_args(self.limits, inner, [writable], self.readable, str(cwd), self.scripts),
                                  "--", *argv])
-            where = None
+            where, fds = None, (info[1],)
         else:
             home = writable.parent / f".{writable.name}.home"
             home.mkdir(exist_ok=True)
             inner = {**kernel_env(str(home), str(home), self.threads), **own}
             command, where = _launcher(_launch_config(self.limits, inner, None), argv), cwd
-        proc = subprocess.Popen(command, cwd=where, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+            cgroup, info, fds = None, None, ()
+        proc = SandboxPopen(command, cgroup=cgroup, info=info, cwd=where, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=fds)
+        self._runs.append(proc)
         threading.Thread(target=self._watch, args=(proc, writable, stdout), daemon=True).start()
         return proc
 
-    def _watch(self, proc: subprocess.Popen, folder: Path, log: IO) -> None:
+    def _watch(self, proc: SandboxPopen, folder: Path, log: IO) -> None:
         while proc.poll() is None:
+            proc.sandbox.look()  # without a cgroup, what the sandbox's processes are
             if folder_size(folder, self.limits.disk) > self.limits.disk:
-                try:
-                    os.killpg(proc.pid, 9)
-                except ProcessLookupError:
-                    return
+                proc.sandbox.end()
                 line = (f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),"
                         f"已终止整个沙箱")
                 self.killed.append(line)
@@ -519,6 +455,10 @@ class ScriptBox:
             time.sleep(0.2)
 
     def close(self) -> None:
-        for cgroup in self._cgroups:
-            cgroup.close()
-        self._cgroups.clear()
+        """End every run's sandbox (killing what still runs), wait for all of its processes, remove the cgroups."""
+        for proc in self._runs:
+            proc.sandbox.end()
+            proc.wait()
+            if proc.sandbox.cgroup:
+                proc.sandbox.cgroup.close()
+        self._runs.clear()

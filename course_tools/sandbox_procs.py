@@ -1,0 +1,292 @@
+"""The processes of one sandbox (:mod:`course_tools.sandbox`): its cgroup, its CPU clock, and ending all of them.
+
+Why: the grader limits what learner code *computes* (CPU seconds, :mod:`course_tools.cputime`), so a
+busy machine does not cost honest work its marks; and it must not return, or write its final report,
+while any process of a sandbox is still alive.
+
+How:
+
+- :class:`Cgroup`: a child cgroup per sandbox where one is writable, with memory and pids limits
+  (v2, or v1 ``memory`` + ``pids``) and CPU accounting (v2: ``usage_usec`` in the same cgroup's
+  ``cpu.stat``; v1: a ``cpuacct`` child, ``cpuacct.usage`` in ns). Its counter includes processes
+  that already exited, orphans too; :meth:`Cgroup.members` lists the processes still in it.
+- :class:`SandboxProcesses`: the processes of one sandbox (the cgroup's members, and those seen in
+  the tree under its top process), its CPU clock (the cgroup's counter, else a
+  :class:`~course_tools.cputime.TreeClock` of the top pid), and :meth:`SandboxProcesses.end`:
+  SIGKILL them all and wait, bounded, until none is alive.
+- :class:`SandboxPopen`: the ``Popen`` a :class:`~course_tools.sandbox.ScriptBox` returns, with
+  ``cpu_seconds()`` and a ``wait()`` that returns once the whole sandbox has ended.
+
+Pitfall: bubblewrap's inner process (PID 1 of the sandbox's PID namespace) runs in a session of its
+own (``--new-session``), so ``os.killpg`` of the outer pid does not reach it: it dies a moment later
+through ``--die-with-parent``, taking every process of the namespace with it. Its pid as seen from
+outside is what bwrap writes to ``--info-fd``; a process that is gone or a zombie counts as ended.
+
+Example::
+
+    procs = SandboxProcesses(Cgroup.create(Limits()))
+    procs.started(pid)           # the sandbox's top process
+    procs.cpu_seconds()          # CPU seconds of the whole sandbox so far
+    assert procs.end() == []     # every process killed and gone
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from course_tools.cputime import TreeClock
+
+if TYPE_CHECKING:
+    from course_tools.sandbox import Limits
+
+__all__ = ["END_TIMEOUT", "Cgroup", "SandboxProcesses", "SandboxPopen", "alive"]
+
+END_TIMEOUT = 10.0  # seconds :meth:`SandboxProcesses.end` waits for the killed processes to be gone
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class Cgroup:
+    """A child cgroup (v2, or v1 memory + pids + cpuacct) limiting one sandbox's memory and process count
+    and counting its CPU time. ``cpu``: the counter file, None where no CPU accounting could be made."""
+
+    dirs: list[Path]
+    procs: list[Path]
+    cpu: Path | None = None
+    _seconds: float = field(default=0.0, repr=False)
+
+    @classmethod
+    def create(cls, limits: Limits) -> Cgroup | None:
+        """A fresh child of this process's own cgroup, or None where no cgroup is writable."""
+        name = f"course-grade-{os.getpid()}-{secrets.token_hex(4)}"
+        made: list[Path] = []
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+            root = Path("/sys/fs/cgroup")
+            if (root / "cgroup.controllers").exists():  # unified v2 hierarchy
+                own = root / next(l.split(":", 2)[2] for l in lines if l.startswith("0::")).lstrip("/")
+                if not {"memory", "pids"} <= set((own / "cgroup.subtree_control").read_text().split()):
+                    return None
+                made.append(own / name)
+                made[-1].mkdir()
+                settings = {"memory.max": limits.resident or limits.memory, "memory.swap.max": 0,
+                            "pids.max": limits.pids}
+                cpu = made[0] / "cpu.stat"   # always there in v2, with or without the cpu controller
+            else:  # v1: one hierarchy per controller
+                where = {}
+                for line in lines:
+                    _, controllers, path = line.split(":", 2)
+                    for c in controllers.split(","):
+                        where[c] = path.lstrip("/")
+                if "memory" not in where:
+                    return None
+                settings = {}
+                for controller, key, value in (("memory", "memory.limit_in_bytes", limits.resident or limits.memory),
+                                               ("pids", "pids.max", limits.pids)):
+                    if controller in where and (root / controller).is_dir():
+                        made.append(root / controller / where[controller] / name)
+                        made[-1].mkdir()
+                        settings[str(made[-1] / key)] = value
+                cpu = cls._cpuacct(root, where.get("cpuacct"), name, made)
+            for key, value in settings.items():
+                target = Path(key) if os.path.isabs(key) else made[0] / key
+                if target.exists():
+                    target.write_text(str(value))
+            return cls(made, [d / "cgroup.procs" for d in made], cpu)
+        except (OSError, StopIteration, ValueError, IndexError):
+            cls(made, []).close()
+            return None
+
+    @staticmethod
+    def _cpuacct(root: Path, own: str | None, name: str, made: list[Path]) -> Path | None:
+        """v1: a ``cpuacct`` child where that hierarchy is writable (optional: the tree clock stands in)."""
+        if own is None or not (root / "cpuacct").is_dir():
+            return None
+        folder = root / "cpuacct" / own / name
+        try:
+            folder.mkdir()
+        except OSError:
+            return None
+        made.append(folder)
+        return folder / "cpuacct.usage"
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used in this cgroup so far, exited processes included (the last reading once removed)."""
+        if self.cpu is not None:
+            try:
+                text = self.cpu.read_text()
+                if self.cpu.name == "cpu.stat":
+                    value = int(next(l.split()[1] for l in text.splitlines() if l.startswith("usage_usec "))) / 1e6
+                else:
+                    value = int(text) / 1e9
+                self._seconds = max(self._seconds, value)
+            except (OSError, ValueError, StopIteration, IndexError):
+                pass
+        return self._seconds
+
+    def members(self) -> set[int]:
+        """Pids of the processes still in the cgroup (zombies are not listed)."""
+        pids: set[int] = set()
+        for path in self.procs:
+            try:
+                pids.update(int(p) for p in path.read_text().split())
+            except (OSError, ValueError):
+                continue
+        return pids
+
+    @staticmethod
+    def sweep(lines: list[str]) -> None:
+        """Remove empty cgroups left by a grader that was killed (rmdir fails on a non-empty one)."""
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            for c in (controllers.split(",") if controllers else [""]):
+                parent = Path("/sys/fs/cgroup") / c / path.lstrip("/")
+                for old in parent.glob("course-grade-*-*") if parent.is_dir() else []:
+                    pid = old.name.split("-")[2]
+                    if pid.isdigit() and not alive(int(pid)):
+                        try:
+                            old.rmdir()
+                        except OSError:
+                            pass
+
+    def close(self) -> None:
+        """Remove the cgroup (after :meth:`SandboxProcesses.end` it is empty at once)."""
+        for d in reversed(self.dirs):
+            for _ in range(50):  # a process may still be exiting
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class SandboxProcesses:
+    """Every process of one sandbox, its CPU clock, and the way to end them all.
+
+    ``cgroup``: the sandbox's own (None where none is writable). :meth:`started` names the top
+    process, the one the grader started; the processes seen under it (:meth:`look`, and right
+    before :meth:`end` kills) are remembered, so that those it orphans are still found.
+    """
+
+    def __init__(self, cgroup: Cgroup | None) -> None:
+        self.cgroup = cgroup
+        self.seen: set[psutil.Process] = set()
+        self._top: psutil.Process | None = None
+        self._clock: TreeClock | None = None
+
+    def started(self, pid: int) -> None:
+        """The sandbox's top process has started as ``pid``."""
+        try:
+            self._top = psutil.Process(pid)
+        except psutil.Error:
+            return
+        self._clock = TreeClock(pid)
+        self.look()
+
+    def look(self, pid: int | None = None) -> None:
+        """Remember the processes now in the tree under ``pid`` (default: the top process, while it runs)."""
+        try:
+            root = self._top if pid is None else psutil.Process(pid)
+            if root is None or not root.is_running():  # a reaped top's pid may belong to someone else now
+                return
+            tree = {root, *root.children(recursive=True)}
+        except psutil.Error:
+            return
+        self.seen = {p for p in self.seen if _running(p)} | tree
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used by the sandbox so far: the cgroup's counter, else the top process's tree."""
+        if self.cgroup is not None and self.cgroup.cpu is not None:
+            return self.cgroup.cpu_seconds()
+        return self._clock() if self._clock is not None else 0.0
+
+    def end(self, timeout: float = END_TIMEOUT) -> list[int]:
+        """SIGKILL every process of the sandbox and wait until none is alive; returns the pids still alive
+        after ``timeout`` seconds (none, unless a process hangs in the kernel)."""
+        self.look()  # the tree before the kill: killing the top orphans the rest
+        deadline = time.monotonic() + timeout
+        while True:
+            procs = [p for p in self.seen if _running(p)]
+            members = (self.cgroup.members() if self.cgroup else set()) - {p.pid for p in procs}
+            if not procs and not members:
+                return []
+            for proc in procs:
+                try:
+                    proc.kill()  # psutil refuses a pid that now belongs to another process
+                except psutil.Error:
+                    pass
+            for pid in members:
+                try:
+                    os.kill(pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if time.monotonic() >= deadline:
+                return sorted({p.pid for p in procs} | members)
+            time.sleep(0.01)
+
+
+class SandboxPopen(subprocess.Popen):
+    """One run of a :class:`~course_tools.sandbox.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
+    ``wait()`` that returns only once every process of the sandbox has ended.
+
+    ``info``: the pipe (read end, write end) whose write end bwrap got as ``--info-fd``; the inner
+    pid read from it is remembered. Pitfall: ``wait()`` after ``os.killpg(proc.pid, SIGKILL)`` is
+    what a homework check does; the kill reaches only the outer bwrap, the wait the rest.
+    """
+
+    def __init__(self, args: list[str], *, cgroup: Cgroup | None, info: tuple[int, int] | None = None,
+                 **kwargs) -> None:
+        self.sandbox = SandboxProcesses(cgroup)
+        try:
+            super().__init__(args, **kwargs)
+        except BaseException:
+            if info is not None:
+                os.close(info[0])
+            raise
+        finally:
+            if info is not None:
+                os.close(info[1])
+        self.sandbox.started(self.pid)
+        if info is not None:
+            with os.fdopen(info[0], "rb") as pipe:
+                text = pipe.read(1 << 16)   # EOF as soon as bwrap has written it (or failed)
+            try:
+                self.sandbox.look(int(json.loads(text)["child-pid"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used by this run's sandbox so far."""
+        return self.sandbox.cpu_seconds()
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = super().wait(timeout)
+        self.sandbox.end()
+        return code
