@@ -11,11 +11,13 @@ decides each check's outcome itself, from the kernel's execute replies
 
     score = check cells passed / check cells in the reference
 
-Partial credit survives loops and crashes: a cell past ``--cell-timeout`` is interrupted (and the
-kernel killed if the cell ignores the interrupt for 10 s); a dead kernel is noticed at once. The
-notebook is then run again with the offending exercise (the one running, or the last one run before
-the cell that failed) replaced by its stub, at most once per exercise, so the other exercises still
-earn their marks. ``--timeout`` is a hard limit per notebook. A notebook that cannot be graded
+Partial credit survives loops and crashes: a cell past ``--cell-timeout`` CPU seconds (or five times
+that in wall time: code that sleeps) is interrupted (and the kernel killed if the cell ignores the
+interrupt for 10 s); a dead kernel is noticed at once. The notebook is then run again with the
+offending exercise (the one running, or the last one run before the cell that failed) replaced by
+its stub, at most once per exercise, so the other exercises still earn their marks. ``--timeout`` is
+a hard limit per notebook, in CPU seconds of all its runs (five times that in wall time). Limits in
+CPU time give the same grades on a busy machine. A notebook that cannot be graded
 keeps its total (score 0 with the reason). Exercise sources that reach the check machinery or
 the runtime are flagged for manual review (:mod:`course_tools.grade_scan`) and run as stubs
 (``--run-flagged`` runs them anyway, after review).
@@ -55,7 +57,8 @@ import nbformat
 from course_tools.grade_answers import outside_check, score_outside
 from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collect, read_notebook
 from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
-from course_tools.grade_kernel import CellResult, clean_text, run_cells
+from course_tools.cputime import WALL_FACTOR
+from course_tools.grade_kernel import DEADLINES, Budget, CellResult, clean_text, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
 from course_tools.cells import CHECK, tagged
 from course_tools.grade_plan import Plan, cell_source, make_plan, references
@@ -69,7 +72,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Options:
-    """How notebooks are run. ``grace``: seconds a cell gets to stop after its interrupt."""
+    """How notebooks are run. ``cell_timeout``, ``timeout``: CPU seconds per cell and per notebook (all its
+    runs), each with a wall-clock backstop of ``WALL_FACTOR`` times that; ``grace``: seconds (wall) a cell
+    gets to stop after its interrupt."""
 
     cell_timeout: float = 120.0
     timeout: float = 900.0
@@ -93,22 +98,26 @@ class Options:
 def _event(plan: Plan, stop: CellResult, options: Options) -> str:
     where = plan.label(stop.index)
     memory = f"{options.limits.memory / GiB:g} GiB"
+    cell, total = options.cell_timeout, options.timeout
     return {
-        "timeout": f"{where} 超过单格时限 {options.cell_timeout:g} s,已中断",
+        "timeout": f"{where} 超过单格时限 {cell:g} s(CPU 时间),已中断",
+        "wall": f"{where} 墙钟时间超过 {WALL_FACTOR * cell:g} s(单格 CPU 时限 {cell:g} s 的 {WALL_FACTOR} 倍,"
+                f"在 sleep 或等待?),已中断",
         "unresponsive": f"{where} 超时后 {options.grace:g} s 仍不响应中断(吞掉了 KeyboardInterrupt?),已终止内核,按崩溃处理",
         "dead": f"内核在运行 {where} 时退出(进程结束、崩溃或超出内存上限 {memory})",
-        "deadline": f"超过整本 notebook 的总时限 {options.timeout:g} s,已终止(在 {where})",
+        "deadline": f"超过整本 notebook 的总时限 {total:g} s(CPU 时间),已终止(在 {where})",
+        "deadline_wall": f"整本 notebook 墙钟时间超过 {WALL_FACTOR * total:g} s(总 CPU 时限的 {WALL_FACTOR} 倍),"
+                         f"已终止(在 {where})",
         "abuse": f"{where} 向内核的连接目录写入大量数据,已终止内核",
     }.get(stop.status, f"{where}: {stop.status}")
 
 
-async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: Path, deadline: float):
+async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: Path, budget: Budget):
     cells = [(i, plan.stubs[i] if i in stubbed else cell_source(c)) for i, c in enumerate(plan.notebook.cells)
              if c.get("cell_type") == "code" and cell_source(c).strip()]
     box = KernelBox(private, options.limits, options.threads, options.sandbox)
     try:
-        return await run_cells(cells, box, cell_timeout=options.cell_timeout, deadline=deadline,
-                               grace=options.grace)
+        return await run_cells(cells, box, cell_timeout=options.cell_timeout, budget=budget, grace=options.grace)
     finally:
         box.close()
 
@@ -146,10 +155,10 @@ async def grade_item(item: Item, released: nbformat.NotebookNode, options: Optio
             stubbed[index] = f"需人工检查,{plan.label(index)} 未运行,暂按 0 分: {text}"
             grade.notes.append(stubbed[index])
     outcomes: dict[int, CellResult] = {}
-    deadline = time.monotonic() + options.timeout
+    budget = Budget(options.timeout)
     ended = ""
     while True:
-        result = await _run(plan, stubbed, options, private, deadline)
+        result = await _run(plan, stubbed, options, private, budget)
         if result.startup_error:
             ended = f"内核无法启动: {result.startup_error}"
             grade.notes.append(ended)
@@ -161,8 +170,8 @@ async def grade_item(item: Item, released: nbformat.NotebookNode, options: Optio
         event = _event(plan, stop, options)
         offender = stop.index if stop.index in plan.exercises else max(
             (e for e in plan.exercises if e < stop.index), default=None)
-        if stop.status == "deadline" or offender is None or offender in stubbed:
-            ended = event + ("" if stop.status == "deadline" else
+        if stop.status in DEADLINES or offender is None or offender in stubbed:
+            ended = event + ("" if stop.status in DEADLINES else
                              ";问题不在某个练习里,无法重新运行" if offender is None else ";该练习已按未完成运行过,不再重试")
             grade.notes.append(ended)
             break
@@ -353,9 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                    ".pass_rate.csv and a _feedback/ folder next to it)")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
     d = Options()
-    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout, help=f"seconds per cell (default {d.cell_timeout:g})")
+    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout,
+                   help=f"CPU seconds per cell; a cell that sleeps is stopped after {WALL_FACTOR}x this in wall time "
+                        f"(default {d.cell_timeout:g})")
     p.add_argument("--timeout", type=float, default=d.timeout,
-                   help=f"hard limit per notebook, all reruns included (default {d.timeout:g})")
+                   help=f"hard limit per notebook in CPU seconds, all reruns included; {WALL_FACTOR}x this in wall time "
+                        f"at most (default {d.timeout:g})")
     p.add_argument("--jobs", type=int, default=d.jobs, help=f"notebooks graded at the same time (default {d.jobs})")
     p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")

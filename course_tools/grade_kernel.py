@@ -2,19 +2,24 @@
 
 The grader, not the kernel, decides what happened to each cell, from the kernel's execute reply
 and error messages on the Jupyter protocol; nothing is read back from files the kernel could write.
-Per cell:
+Time limits count the CPU seconds of the kernel's whole sandbox (``KernelBox.cpu_seconds``), read
+every quarter of a second, so a busy machine does not fail honest cells; code that sleeps is
+stopped by a wall-clock backstop of ``WALL_FACTOR`` times the CPU limit. Per cell:
 
 - ``ok`` / ``error``: the execute reply's status (an ``error`` message on IOPub also counts as error);
-- ``timeout``: still running after ``cell_timeout``; the grader sends an interrupt *message*
-  (``interrupt_mode: message``) and the cell stopped within ``grace`` seconds;
+- ``timeout``: still running after ``cell_timeout`` CPU seconds; the grader sends an interrupt
+  *message* (``interrupt_mode: message``) and the cell stopped within ``grace`` seconds;
+- ``wall``: the same after ``WALL_FACTOR * cell_timeout`` seconds of wall time (a cell that sleeps);
 - ``unresponsive``: it did not stop within ``grace`` seconds of the interrupt (a loop that swallows
   ``KeyboardInterrupt``); the kernel is killed;
 - ``dead``: the kernel process exited (``os._exit``, a segfault, the memory limit); noticed within
   a quarter of a second, not after the cell's time limit;
-- ``deadline``: the notebook's hard deadline passed (same interrupt-then-kill as a timeout);
+- ``deadline`` / ``deadline_wall``: the notebook's total (:class:`Budget`: CPU seconds of all its
+  runs, or its wall-clock backstop) ran out (same interrupt-then-kill as a timeout);
 - ``abuse``: the kernel wrote into its connection folder (the only host folder it can write).
 
-Any result other than ok/error ends the run: the caller decides whether to run again.
+Any result other than ok/error ends the run: the caller decides whether to run again. Every process
+of the sandbox is killed and gone before :func:`run_cells` returns.
 
 Why not nbval or nbclient: nbval starts its kernels with a TCP ``KernelManager`` whose transport
 and connection file cannot be chosen (a kernel in a network namespace is unreachable), waits a
@@ -27,11 +32,12 @@ collect the reply and errors, poll liveness) on jupyter_client's ``AsyncKernelMa
 Example::
 
     result = asyncio.run(run_cells([(3, "x = 1"), (5, "assert x == 2")], box,
-                                   cell_timeout=60, deadline=time.monotonic() + 600))
+                                   cell_timeout=60, budget=Budget(600)))
     result.cells[5].status   # "error"
 """
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass, field
@@ -39,13 +45,15 @@ from dataclasses import dataclass, field
 import zmq
 import zmq.asyncio
 
+from course_tools.cputime import WALL_FACTOR
 from course_tools.sandbox import KernelBox
 
-__all__ = ["FINISHED", "CellResult", "RunResult", "clean_text", "run_cells"]
+__all__ = ["FINISHED", "DEADLINES", "Budget", "CellResult", "RunResult", "clean_text", "run_cells"]
 
 FINISHED = ("ok", "error")
+DEADLINES = ("deadline", "deadline_wall")  # the notebook's total ran out: no rerun
 _MAX_MESSAGE = 64 * 2 ** 20  # bytes; a larger message from the kernel closes the connection
-_POLL = 0.25                 # seconds between liveness checks
+_POLL = 0.25                 # seconds between liveness checks and CPU clock readings
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -55,6 +63,27 @@ def clean_text(text: object, limit: int = 400) -> str:
     text = _CONTROL.sub("", _ANSI.sub("", str(text)).replace("\r", " ").replace("\n", " ").replace("\t", " "))
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class Budget:
+    """The notebook's total limit, shared by all its runs: ``cpu`` CPU seconds of its kernels (their start
+    included), and ``WALL_FACTOR`` times that in wall time from ``start``."""
+
+    cpu: float
+    start: float = field(default_factory=time.monotonic)
+    spent: float = 0.0  # CPU seconds of the kernels that have ended
+
+    @property
+    def wall_end(self) -> float:
+        """The ``time.monotonic()`` value of the wall-clock backstop."""
+        return self.start + WALL_FACTOR * self.cpu
+
+    def over(self, running: float, now: float) -> str:
+        """``deadline`` / ``deadline_wall`` when the total has run out, given the running kernel's CPU seconds."""
+        if self.spent + running >= self.cpu:
+            return "deadline"
+        return "deadline_wall" if now >= self.wall_end else ""
 
 
 @dataclass
@@ -118,30 +147,40 @@ async def _drain(channel, handle, budget: int = 500) -> None:
         handle(await channel.get_msg(timeout=0))
 
 
-async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout: float, deadline: float,
+def _over(box: KernelBox, cpu_start: float, cell_timeout: float, wall_end: float, budget: Budget, now: float) -> str:
+    """Which limit the running cell has passed, if any: the notebook's before the cell's, CPU before wall."""
+    used = box.cpu_seconds()
+    return budget.over(used, now) or ("timeout" if used - cpu_start >= cell_timeout else
+                                      "wall" if now >= wall_end else "")
+
+
+async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout: float, budget: Budget,
                    grace: float) -> CellResult:
     start = time.monotonic()
+    cpu_start = box.cpu_seconds()
     cell = _Cell(kc.execute(source, store_history=False, allow_stdin=False, stop_on_error=False))
     poller = zmq.asyncio.Poller()
     poller.register(kc.iopub_channel.socket, zmq.POLLIN)
     poller.register(kc.shell_channel.socket, zmq.POLLIN)
-    limit = min(start + cell_timeout, deadline)
-    reason, interrupted = "", None
+    wall_end = start + WALL_FACTOR * cell_timeout
+    reason, interrupted, next_look = "", None, start
     while not cell.done:
         now = time.monotonic()
-        if now >= limit:
-            if interrupted is None:  # ask the kernel to stop the cell; give it `grace` seconds
-                reason = "deadline" if limit >= deadline else "timeout"
+        if interrupted is None and now >= next_look:  # the clock costs a read: once per _POLL
+            next_look = now + _POLL
+            reason = _over(box, cpu_start, cell_timeout, wall_end, budget, now)
+            if reason:  # ask the kernel to stop the cell; give it `grace` seconds
                 interrupted = now
-                limit = now + grace
                 await km.interrupt_kernel()
                 continue
+        if interrupted is not None and now >= interrupted + grace:
             return CellResult(index, "unresponsive", seconds=now - start)
         if not await km.is_alive():
             return CellResult(index, "dead", cell.ename, cell.evalue, now - start)
         if box.connection_abuse():
             return CellResult(index, "abuse", seconds=now - start)
-        ready = dict(await poller.poll(timeout=int(1000 * min(_POLL, max(0.0, limit - now))) + 1))
+        until = next_look if interrupted is None else interrupted + grace
+        ready = dict(await poller.poll(timeout=int(1000 * min(_POLL, max(0.0, until - now))) + 1))
         if kc.iopub_channel.socket in ready:
             await _drain(kc.iopub_channel, cell.on_iopub)
         if kc.shell_channel.socket in ready:
@@ -153,12 +192,12 @@ async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout
     return CellResult(index, "error" if failed else "ok", cell.ename, cell.evalue, seconds)
 
 
-async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeout: float, deadline: float,
+async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeout: float, budget: Budget,
                     grace: float = 10.0, startup_timeout: float = 60.0) -> RunResult:
-    """Start the kernel of ``box``, run ``(index, source)`` cells in order, kill the kernel.
+    """Start the kernel of ``box``, run ``(index, source)`` cells in order, kill the whole sandbox.
 
-    Stops at the first cell that does not finish (see the module docstring). ``deadline`` is a
-    ``time.monotonic()`` value covering the kernel start too.
+    Stops at the first cell that does not finish (see the module docstring). ``cell_timeout`` is in
+    CPU seconds; ``budget`` covers the kernel start too and gets this kernel's CPU seconds added.
     """
     from jupyter_client import AsyncKernelManager
 
@@ -173,18 +212,19 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
     try:
         try:
             await km.start_kernel(cwd=box.cwd, stdin=-3, stdout=-3, stderr=-3)  # subprocess.DEVNULL
+            box.started(km.provisioner.pid)
             kc = km.client()
             kc.start_channels()
-            await kc.wait_for_ready(timeout=max(1.0, min(startup_timeout, deadline - time.monotonic())))
+            await kc.wait_for_ready(timeout=max(1.0, min(startup_timeout, budget.wall_end - time.monotonic())))
         except Exception as exc:  # noqa: BLE001 - any start failure is reported, never raised
             result.startup_error = clean_text(f"{type(exc).__name__}: {exc}", 200)
             return result
         for index, source in cells:
-            if time.monotonic() >= deadline:
-                result.stop = CellResult(index, "deadline")
+            if reason := budget.over(box.cpu_seconds(), time.monotonic()):
+                result.stop = CellResult(index, reason)
                 break
             try:
-                cell = await _execute(km, kc, box, index, source, cell_timeout, deadline, grace)
+                cell = await _execute(km, kc, box, index, source, cell_timeout, budget, grace)
             except Exception as exc:  # noqa: BLE001 - a malformed message, a vanished kernel: end this run
                 cell = CellResult(index, "dead", type(exc).__name__, clean_text(exc, 200))
             result.cells[index] = cell
@@ -195,6 +235,8 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
     finally:
         if kc is not None:
             kc.stop_channels()
+        await asyncio.to_thread(box.end)  # the whole sandbox, before the kernel manager reaps its own process
+        budget.spent += box.cpu_seconds()
         try:
             await km.shutdown_kernel(now=True)
         except Exception:  # noqa: BLE001 - already dead, never started

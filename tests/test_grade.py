@@ -25,7 +25,7 @@ import pytest
 from course_tools import grade, grade_plan, grade_report, sandbox
 from course_tools.grade_answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
 from course_tools.grade_collect import UnreadableNotebook, collect, read_notebook
-from course_tools.grade_kernel import run_cells
+from course_tools.grade_kernel import Budget, run_cells
 from course_tools.grade_report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
 from course_tools.grade_scan import scan
 from course_tools.release import learner_notebook
@@ -346,7 +346,7 @@ def _box_run(sources, tmp_path, cell_timeout=30.0, grace=2.0, use_sandbox=True):
     try:
         start = time.monotonic()
         result = asyncio.run(run_cells(list(enumerate(sources)), box, cell_timeout=cell_timeout,
-                                       deadline=start + 120, grace=grace))
+                                       budget=Budget(120), grace=grace))
         return result, time.monotonic() - start
     finally:
         box.close()
@@ -389,8 +389,35 @@ def test_sandbox_limits_dead_kernels_and_ignored_interrupts(sandbox_ok, tmp_path
     loop, _ = _box_run(["while True:\n    pass", "x = 1"], tmp_path, cell_timeout=2)
     assert loop.stop.status == "timeout" and loop.stop.ename == "KeyboardInterrupt" and 1 not in loop.cells
     swallow = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except KeyboardInterrupt:\n        pass"
-    stuck, seconds = _box_run([swallow], tmp_path, cell_timeout=2, grace=2)
-    assert stuck.stop.status == "unresponsive" and 4 <= seconds < 20
+    stuck, seconds = _box_run([swallow], tmp_path, cell_timeout=2, grace=2)   # it sleeps: the wall backstop, 5 x 2 s
+    assert stuck.stop.status == "unresponsive" and 12 <= seconds < 30
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two busy Python loops per core beside the test (nice unchanged), killed when it ends. Each in a session
+    of its own: with autogroup scheduling a session shares the CPU as one, as the sandbox's session does."""
+    hogs = []
+    try:
+        for _ in range(2 * (os.cpu_count() or 1)):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True))
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+@pytest.mark.slow
+def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs):
+    """Beside the hogs, 1.5 CPU-s of honest work passes a 3 CPU-s cell limit though it takes longer than 3 s of
+    wall time (the hogs leave it under half a core); a busy loop under the same limit still stops at it."""
+    work = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end:\n    pass"
+    honest, _ = _box_run([work, "x = 1"], tmp_path, cell_timeout=3)
+    assert honest.stop is None and [c.status for c in honest.cells.values()] == ["ok", "ok"], honest.cells
+    assert honest.cells[0].seconds > 3, honest.cells[0]     # a 3 s wall-clock limit would have failed it
+    loop, _ = _box_run(["while True:\n    pass"], tmp_path, cell_timeout=3)
+    assert loop.stop.status == "timeout" and loop.stop.ename == "KeyboardInterrupt", loop.stop   # CPU, not the backstop
 
 
 def test_no_sandbox_rows_say_so_and_resume_keeps_finished_rows(tmp_path):

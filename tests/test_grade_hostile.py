@@ -160,6 +160,8 @@ def _hostile(root: Path, report: Path, victim: Path, port: int) -> dict[str, tup
         # memory: 8 GiB of address space (lazily mapped, so harmless even without a limit)
         "memhog": "import mmap\ndef add(a, b):\n    block = mmap.mmap(-1, 8 << 30)\n    return a + b",
         "loop_early": "def add(a, b):\n    while True:\n        pass",
+        # no CPU used at all: only the wall-clock backstop (5 x the cell's CPU limit) stops it
+        "sleeper": "import time\ndef add(a, b):\n    time.sleep(10**6)\n    return a + b",
         "loop_swallow": ("import time\ndef add(a, b):\n    while True:\n        try:\n            time.sleep(0.01)\n"
                          "        except KeyboardInterrupt:\n            pass"),
         "dies": "import os\ndef add(a, b):\n    os._exit(3)",
@@ -296,7 +298,8 @@ def test_every_learner_gets_the_score_its_honest_exercises_deserve(graded):
 def test_hostile_rows_say_what_happened(graded):
     g = graded["grades"]
     notes = {k[0]: " | ".join(v.notes) for k, v in g.items() if k[1] == NAME}
-    assert "超过单格时限 10 s,已中断;重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"]
+    assert "超过单格时限 10 s(CPU 时间),已中断;重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"]
+    assert "墙钟时间超过 50 s" in notes["class/sleeper"] and "重新运行,练习 1(ex-add) 按未完成处理" in notes["class/sleeper"]
     assert "仍不响应中断" in notes["class/loop_swallow"] and "按崩溃处理" in notes["class/loop_swallow"]
     assert "内核在运行 check-add 时退出" in notes["class/dies"] and "超过单格时限" not in notes["class/dies"]
     assert "内核在运行" in notes["class/kill_grader"]
