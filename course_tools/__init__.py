@@ -19,6 +19,7 @@
 - ``interrupt`` runs a learner's script and SIGKILLs it right after its k-th optimizer step (the
   homework checks' and 04's exact ``kill -9``)
 - ``cputime``   CPU seconds of a process tree: the time limits of the checks and the grader
+- ``sandbox_procs`` the processes of one sandbox: its cgroup, its CPU clock, ending all of them
 
 Rule: ``course_tools`` imports ``course_utils``; ``course_utils`` never imports ``course_tools``
 (``tests/test_layout.py`` checks the import graph).
