@@ -16,7 +16,6 @@ Writes bench/results/under_load.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import statistics
@@ -24,33 +23,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import REPO, header, machine_info, write_json  # noqa: E402
 
+from course_tools.cputime import cpu_hogs  # noqa: E402
+
 # The tests issue 29 names (each failed once at load 10-14), and the homework checks' verdict tests.
 DEFAULT = ["tests/test_homework.py", "tests/test_homework_learner.py", "tests/test_grade_homework.py",
            "tests/test_grade_hostile.py"]
-HOG = "while True:\n    pass\n"
-
-
-@contextlib.contextmanager
-def cpu_hogs(n: int) -> Iterator[list[subprocess.Popen]]:
-    """``n`` busy-loop processes for the duration of the block (killed on the way out, whatever happens)."""
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(n)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--hogs", type=int, default=2 * (os.cpu_count() or 1), help="busy loops (default: 2 per core)")
+    p.add_argument("--hogs", type=int, default=2 * (os.cpu_count() or 1),
+                   help="busy loops, each in its own session (default: 2 per core)")
     args, pytest_args = p.parse_known_args()
     pytest_args = pytest_args or [*DEFAULT, "-p", "no:cacheprovider"]
     info = machine_info()

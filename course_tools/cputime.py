@@ -15,6 +15,8 @@ sandbox has one (``course_tools.sandbox``).
 Pitfall: a reading costs a walk over ``/proc`` (about a millisecond for a few processes); read
 it at the polling interval, not in a tight loop.
 
+:func:`cpu_hogs` is the load the tests and ``bench/under_load.py`` prove this against.
+
 Example::
 
     proc = subprocess.Popen(cmd, start_new_session=True)
@@ -24,11 +26,15 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Callable
 
 import psutil
 
-__all__ = ["WALL_FACTOR", "TreeClock", "cpu_clock"]
+__all__ = ["WALL_FACTOR", "TreeClock", "cpu_clock", "cpu_hogs"]
 
 WALL_FACTOR = 5  # the wall-clock backstop of a CPU-time limit: code that sleeps is stopped after this many times it
 
@@ -66,3 +72,23 @@ def cpu_clock(proc) -> Callable[[], float]:
     else a :class:`TreeClock` of its pid."""
     own = getattr(proc, "cpu_seconds", None)
     return own if callable(own) else TreeClock(proc.pid)
+
+
+@contextlib.contextmanager
+def cpu_hogs(n: int) -> Iterator[list[subprocess.Popen]]:
+    """``n`` plain Python busy loops for the duration of the block, killed on the way out whatever happens.
+
+    Pitfall: each runs in a session of its own. With the kernel's autogroup scheduling a session shares
+    the CPU as one group, so hogs started in one session barely slow a sandbox (a session too) beside
+    them, however high the load average climbs.
+    """
+    hogs: list[subprocess.Popen] = []
+    try:
+        for _ in range(n):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True))
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import grade, grade_plan, grade_report, sandbox
+from course_tools import cputime, grade, grade_plan, grade_report, sandbox
 from course_tools.grade_answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
 from course_tools.grade_collect import UnreadableNotebook, collect, read_notebook
 from course_tools.grade_kernel import Budget, run_cells
@@ -395,17 +395,9 @@ def test_sandbox_limits_dead_kernels_and_ignored_interrupts(sandbox_ok, tmp_path
 
 @pytest.fixture
 def cpu_hogs():
-    """Two busy Python loops per core beside the test (nice unchanged), killed when it ends. Each in a session
-    of its own: with autogroup scheduling a session shares the CPU as one, as the sandbox's session does."""
-    hogs = []
-    try:
-        for _ in range(2 * (os.cpu_count() or 1)):
-            hogs.append(subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True))
+    """Two busy Python loops per core beside the test, each in a session of its own (``cputime.cpu_hogs``)."""
+    with cputime.cpu_hogs(2 * (os.cpu_count() or 1)) as hogs:
         yield hogs
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 @pytest.mark.slow

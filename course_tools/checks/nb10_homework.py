@@ -237,10 +237,13 @@ class _Run:
         except CheckFailed:  # polled while running: a refused file is reported when the check reads it
             return []
 
+    def train_steps(self) -> dict[int, dict[str, Any]]:
+        """The training records on disk now, by step (lenient: for watching a run, not for a verdict)."""
+        return {r["step"]: r for r in self.records()
+                if isinstance(r, dict) and r.get("split", "train") == "train" and isinstance(r.get("step"), int)}
+
     def max_step(self) -> int:
-        steps = [r["step"] for r in self.records()
-                 if isinstance(r, dict) and r.get("split", "train") == "train" and isinstance(r.get("step"), int)]
-        return max(steps, default=0)
+        return max(self.train_steps(), default=0)
 
     def crashed(self) -> bool:
         """The output holds a traceback or an argparse error (not a failure the script reports itself)."""
@@ -325,7 +328,9 @@ def _watch(runs: list[_Run], limit: int | None = None, ok: bool = True, resumed:
                     _early_exit(run, rc, ok, runs)
                 if limit is not None and run.max_step() > limit:
                     _too_many_steps(run, limit, resumed)
-                if rc is None and run.kill_after is not None and run.max_step() >= run.kill_after:
+                # past kill_after: the step hook never fired (a torch script is killed inside step kill_after,
+                # so it has logged that step at most)
+                if rc is None and run.kill_after is not None and run.max_step() > run.kill_after:
                     run.polled = True
                     run.kill()
             if all(run.poll() is not None for run in runs):
@@ -545,13 +550,14 @@ def _killed(run: _Run, total_steps: int) -> int:
     """The last step ``run`` logged before its planned SIGKILL; fails when it was not killed mid-training."""
     written = run.max_step()
     if not run.killed_as_planned():
-        expect(written >= run.kill_after, f"{run.what}一直训练到 step {total_steps}",
+        expect(written > run.kill_after, f"{run.what}一直训练到 step {total_steps}",
                f"进程正常退出,metrics.jsonl 只记到 step {written}", "--max-steps 到了才结束;检查会同时传 --epochs 1000")
-    if not run.killed_as_planned() or (run.polled and written >= total_steps):
+    finished_first = not run.killed_as_planned() or (run.polled and written >= total_steps)
+    if finished_first:  # only a script the step hook cannot count gets here
         fail(f"{run.what}在第 {run.kill_after} 个优化器步之后被 SIGKILL(训练还没结束)",
              f"检查来得及 kill 它之前,进程已经跑完了 {total_steps} 步",
              f"脚本没有调用 torch.optim 优化器的 step():检查平时在进程里数优化器步、到第 {run.kill_after} 步就 kill,"
-             f"这里只能等 metrics.jsonl 出现 step {run.kill_after} 再 kill,这次没赶上(机器很忙时会这样)。"
+             f"这里只能等 metrics.jsonl 出现 step {run.kill_after + 1} 再 kill,这次没赶上(机器很忙时会这样)。"
              "稍后在空闲时重试;用 torch.optim 的优化器就没有这个问题")
     expect(bool(run.records()), f"{run.what}被 SIGKILL 时,metrics.jsonl 里已有之前各步的记录",
            f"它在 step {run.kill_after} 之后被 kill,metrics.jsonl 里一条训练记录也没有",
@@ -597,8 +603,7 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
     killed = [(mid, "epoch 中间", _killed(mid, total_steps)), (end, "epoch 结尾", _killed(end, total_steps))]
     resumed, befores = [], []
     for run, _, _ in killed:
-        befores.append({r["step"]: r for r in run.records() if isinstance(r, dict)
-                        and r.get("split", "train") == "train" and isinstance(r.get("step"), int)})
+        befores.append(run.train_steps())
         os.replace(run.out / "metrics.jsonl", tmp / f"{run.out.name}.before_kill.jsonl")  # out of the resumed one's reach
         again = _Run(script, [*run.args[2:], "--resume"], tmp, run.out.name, "--resume 续训", launcher,
                      log_name=f"{run.out.name}.resume")
