@@ -45,6 +45,8 @@ import torch
 import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a model: imported once here, every forked rank inherits it
 import torch.distributed as dist
 
+from course_tools import interrupt
+
 __all__ = ["CTX", "fresh", "cleanup", "run_ranks", "SpawnOutcome", "spawn_outcome", "flat", "describe_shares",
            "unlucky_atomic_saves", "ReadBeforeWrite", "shares_match_one_process", "torchrun_command",
            "KilledJob", "PRO_SCRIPT", "kill_and_resume"]
@@ -272,6 +274,23 @@ def _train_losses(out: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"}
 
 
+def _ranks_stopped(proc: subprocess.Popen) -> int:
+    """How many processes under the torchrun agent ``proc`` are stopped (SIGSTOP)."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    stopped = 0
+    for child in children:
+        try:
+            stopped += child.status() == psutil.STATUS_STOPPED
+        except psutil.NoSuchProcess:
+            pass
+    return stopped
+
+
 def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
     """SIGKILL every process of the job at once, as a power cut would: freeze them all first, so that none
     reacts to another's death. Returns ``{pid: session id}`` of the job's processes and those still alive after."""
@@ -325,7 +344,8 @@ PRO_SCRIPT = Path(__file__).resolve().parent.parent / "solutions" / "homework" /
 def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: float = 0.1,
                     timeout: float = 300) -> KilledJob:
     """Start a reference run and a run to interrupt side by side (2 jobs x 2 ranks, one thread each); SIGKILL the
-    whole second job once its ``metrics.jsonl`` reaches ``kill_after`` steps; resume it with ``--resume``."""
+    whole second job right after optimizer step ``kill_after`` (each rank freezes itself there through
+    ``course_tools.interrupt --stop``, then every process of the job is killed at once); resume it with ``--resume``."""
     from course_utils.checkpoint import CheckpointManager
 
     if not script.is_file():
@@ -338,11 +358,14 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
     with open(ref_dir.parent / "log.txt", "w") as ref_log, open(cut_dir.parent / "log.txt", "w") as cut_log:
         ref_job = subprocess.Popen(torchrun_command(script, ref_dir, fraction=fraction), stdout=ref_log,
                                    stderr=subprocess.STDOUT, env=env)
-        cut_job = subprocess.Popen(command, stdout=cut_log, stderr=subprocess.STDOUT, env=env)
+        # each rank freezes itself (SIGSTOP) right after its kill_after-th optimizer step: the job is killed there
+        at = command.index(str(script))
+        stopping = [*command[:at], interrupt.__file__, "--stop", str(kill_after), *command[at:]]
+        cut_job = subprocess.Popen(stopping, stdout=cut_log, stderr=subprocess.STDOUT, env=env)
         deadline, killed = time.monotonic() + timeout, None
         try:
             while cut_job.poll() is None and time.monotonic() < deadline:
-                if (cut_dir / "metrics.jsonl").exists() and max(_train_losses(cut_dir), default=0) >= kill_after:
+                if _ranks_stopped(cut_job) == 2:
                     killed = _kill_job(cut_job)
                     break
                 time.sleep(0.05)

@@ -6,13 +6,15 @@ checking process gets the CPU back, and the verdict then depends on the load. Co
 steps inside the script's own process removes the race: the kill comes after exactly k steps,
 on any machine, at any load.
 
-How: ``python interrupt.py K SCRIPT ARG...`` installs an import hook, then runs ``SCRIPT`` as
+How: ``python interrupt.py [--stop] K SCRIPT ARG...`` installs an import hook, then runs ``SCRIPT`` as
 ``__main__`` with ``sys.argv = [SCRIPT, ARG...]`` and the script's folder first on ``sys.path``,
 exactly as ``python SCRIPT ARG...`` would (same argv, ``__file__``, exit status and traceback,
 with this file's frames left out). When the script imports ``torch.optim.optimizer`` (``import
 torch`` does), the hook registers a global step hook with torch's public
 ``torch.optim.optimizer.register_optimizer_step_post_hook``; after the K-th ``optimizer.step()`` of
-the process it sends the process SIGKILL. The learner's code is unchanged and sees nothing: no
+the process it sends the process SIGKILL (``--stop``: SIGSTOP, so that
+whoever watches can kill a whole job of several processes, frozen at that step, as ``demos_11``
+does under torchrun). The learner's code is unchanged and sees nothing: no
 flag, no environment variable. A script that never steps a ``torch.optim`` optimizer is not
 stopped here; the check falls back to watching its log and says so.
 
@@ -40,11 +42,11 @@ from pathlib import Path
 __all__ = ["OPTIMIZER_MODULE", "arm", "optimizer_stepped", "main"]
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
-_state = {"left": 0}  # optimizer steps before the kill; 0: not armed
+_state = {"left": 0, "signal": signal.SIGKILL}  # optimizer steps before the signal; 0: not armed
 
 
 def optimizer_stepped(*_: object) -> None:
-    """Count one optimizer step; SIGKILL this process at the armed count (a no-op when not armed)."""
+    """Count one optimizer step; signal this process at the armed count (a no-op when not armed)."""
     if _state["left"] <= 0:
         return
     _state["left"] -= 1
@@ -54,7 +56,7 @@ def optimizer_stepped(*_: object) -> None:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), _state["signal"])
 
 
 def _register(module) -> None:
@@ -88,11 +90,11 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.then(module)
 
 
-def arm(steps: int) -> None:
-    """SIGKILL this process right after its ``steps``-th optimizer step (torch.optim, or :func:`optimizer_stepped`)."""
+def arm(steps: int, sig: int = signal.SIGKILL) -> None:
+    """Send this process ``sig`` right after its ``steps``-th optimizer step (torch.optim, or :func:`optimizer_stepped`)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    _state["left"] = steps
+    _state.update(left=steps, signal=sig)
     if OPTIMIZER_MODULE in sys.modules:
         _register(sys.modules[OPTIMIZER_MODULE])
     else:
@@ -117,10 +119,11 @@ def _run_as_main(script: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """``argv``: ``[K, SCRIPT, ARG...]``."""
-    steps, script, *args = argv
+    """``argv``: ``[--stop] K SCRIPT ARG...``."""
+    stop = argv[:1] == ["--stop"]
+    steps, script, *args = argv[1:] if stop else argv
     script = str(Path(script).resolve())
-    arm(int(steps))
+    arm(int(steps), signal.SIGSTOP if stop else signal.SIGKILL)
     sys.argv = [script, *args]
     sys.path[0] = str(Path(script).parent)
     _run_as_main(script)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from course_tools import interrupt
 from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
@@ -40,23 +41,27 @@ REFERENCE_STEPS = 2 * STEPS_PER_EPOCH  # checkpoints at 4, 8, ..., 28, the epoch
 REFERENCE_3_EPOCHS = [*TINY, "--epochs", "3", "--ckpt-every-steps", "4", "--log-every", "3", "--workers", "2"]
 
 
-def command(out: Path, *args: str) -> list[str]:
-    return [sys.executable, str(SCRIPT), "--out", str(out), *args]
+def command(out: Path, *args: str, kill_after: int | None = None) -> list[str]:
+    """``python SCRIPT --out OUT ARGS``; ``kill_after``: through ``course_tools.interrupt``, which SIGKILLs the run
+    right after its ``kill_after``-th optimizer step (counted in the process: the same step at any load)."""
+    launch = [str(SCRIPT)] if kill_after is None else [interrupt.__file__, str(kill_after), str(SCRIPT)]
+    return [sys.executable, *launch, "--out", str(out), *args]
 
 
-def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, **popen: Any) -> subprocess.Popen:
-    """Start the script; stdout and stderr together in ``proc.stdout`` (text).
+def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, kill_after: int | None = None,
+          **popen: Any) -> subprocess.Popen:
+    """Start the script (``kill_after``: see :func:`command`); stdout and stderr together in ``proc.stdout`` (text).
 
     A forked run (``tests/forkserver.py``: torch already imported) unless ``fork=False``, ``env`` or
     another ``popen`` option than ``start_new_session`` asks for a real interpreter.
     """
+    argv = command(out, *args, kill_after=kill_after)
     if fork and env is None and set(popen) <= {"start_new_session"}:
-        forked = shared_server(SCRIPT).start(["--out", str(out), *args],
+        forked = shared_server(SCRIPT).start(argv[2:], script=argv[1],
                                              new_session=popen.get("start_new_session", False))
         if forked is not None:
             return forked
-    return subprocess.Popen(command(out, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, **popen)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:

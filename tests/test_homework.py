@@ -9,6 +9,7 @@ the scripted learner (real training, one round per upgrade) is tests/test_homewo
 from __future__ import annotations
 
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -355,6 +356,20 @@ def test_the_step_hook_kills_a_real_torch_script_after_exactly_k_steps(tmp_path)
                          text=True, timeout=120)
     assert out.returncode == -9, out
     assert out.stdout.splitlines() == [f"{i} ['--x', '1']" for i in range(1, 7)]  # killed inside step 7
+    # --stop: frozen at the same point (demos_11 then kills a whole torchrun job); the output so far is flushed
+    log = tmp_path / "stop.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, interrupt.__file__, "--stop", "3", str(script), "--x", "1"], stdout=f)
+    try:
+        ps = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while ps.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ps.status() == psutil.STATUS_STOPPED
+        assert log.read_text().splitlines() == ["1 ['--x', '1']", "2 ['--x', '1']"]
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_files_written_by_the_script_are_read_with_care(tmp_path, monkeypatch):

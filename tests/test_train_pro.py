@@ -9,7 +9,7 @@ from course_utils.checkpoint import CheckpointManager, load_verified
 from course_utils.monitor import read_metrics
 from course_utils.schedule import lr_at
 from tests.pro_runs import REFERENCE_3_EPOCHS as ARGS
-from tests.pro_runs import finish, run, start, status, train_losses, train_records, wait_for_step
+from tests.pro_runs import finish, newest_checkpoint, run, start, status, train_losses, train_records, wait_for_step
 from tests.pro_runs import reference_3_epochs  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -36,11 +36,13 @@ def test_reference_run_outputs(reference_3_epochs):  # noqa: F811
 
 def test_sigkill_anywhere_then_resume_is_bit_identical(reference_3_epochs, tmp_path):  # noqa: F811
     out = tmp_path / "killed"
-    for kill_after in (7, 22):  # mid-epoch 0 and mid-epoch 1, with 2 DataLoader workers
-        proc = start(out, *ARGS, *(["--resume"] if kill_after != 7 else []))
-        wait_for_step(proc, out, kill_after)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    # SIGKILL right after step 7 (mid-epoch 0; the checkpoint of step 4 is the newest), then after 18 more steps of
+    # the resumed process: step 22, mid-epoch 1; with 2 DataLoader workers
+    for kill_after, resume in ((7, []), (18, ["--resume"])):
+        proc = start(out, *ARGS, *resume, kill_after=kill_after)
+        _, output = finish(proc)
+        assert proc.returncode == -signal.SIGKILL, output[-3000:]
+    assert train_losses(out)[-1][0] < 22 and newest_checkpoint(out) == 20  # killed inside step 22, before its log
     code, output = run(out, *ARGS, "--resume")
     assert code == 0 and "续训" in output, output
     assert train_losses(out) == train_losses(reference_3_epochs)  # exact float equality, every step exactly once
