@@ -2,7 +2,7 @@
 
 Runs solutions/homework/train_cifar_pro.py twice with the same settings (COURSE_FAST=1
 data, batch 32, 20% of the data so an epoch boundary is crossed, --log-every 1):
-A uninterrupted; B killed with SIGKILL once step ``--kill-after`` is logged (a checkpoint
+A uninterrupted; B killed with SIGKILL right after optimizer step ``--kill-after`` (a checkpoint
 exists every ``--ckpt-every`` steps), then continued with ``--resume``. Every train
 record's loss and grad norm must be bit-identical. Exit status 1 on any difference.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, write_json  # noqa: E402
 
+from course_tools import interrupt  # noqa: E402
 from course_tools.quiet import quiet_environ  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
@@ -72,14 +73,13 @@ def main(argv=None) -> int:
         # --overwrite: a kept --out folder from an earlier run is moved aside, not silently mixed in
         subprocess.run(cmd(a, "--overwrite"), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         t_a = time.perf_counter() - t0
-        proc = subprocess.Popen(cmd(b, "--overwrite"), env=env, cwd=REPO, stdout=subprocess.DEVNULL)
-        while proc.poll() is None and last_step(b / "metrics.jsonl") < args.kill_after:
-            time.sleep(0.01)
-        if proc.poll() is not None:
-            print(f"run B finished before step {args.kill_after}; nothing was killed", file=sys.stderr)
+        # SIGKILL right after optimizer step --kill-after, counted inside the process (course_tools.interrupt)
+        killed = cmd(b, "--overwrite")
+        killed[1:1] = [interrupt.__file__, str(args.kill_after)]
+        code = subprocess.run(killed, env=env, cwd=REPO, stdout=subprocess.DEVNULL).returncode
+        if code != -signal.SIGKILL:
+            print(f"run B ended with exit code {code} before step {args.kill_after}; nothing was killed", file=sys.stderr)
             return 1
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
         killed_at = last_step(b / "metrics.jsonl")
         subprocess.run(cmd(b, "--resume"), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         ra, rb = train_records(a / "metrics.jsonl"), train_records(b / "metrics.jsonl")
@@ -87,7 +87,8 @@ def main(argv=None) -> int:
                   if s not in ra or s not in rb or ra[s]["loss"] != rb[s]["loss"] or ra[s]["grad_norm"] != rb[s]["grad_norm"]]
     ok = not mismatches and len(ra) == args.steps
     text = (f"device {args.device}, deterministic {args.deterministic}, amp {args.amp}: {args.steps} steps, "
-            f"SIGKILL after step {killed_at} (checkpoint every {args.ckpt_every}), resumed; "
+            f"SIGKILL right after optimizer step {args.kill_after} (logged up to step {killed_at}; checkpoint every "
+            f"{args.ckpt_every}), resumed; "
             f"uninterrupted run {t_a:.1f} s\n"
             f"per-step loss and grad norm identical: {'YES' if ok else 'NO'}"
             + (f" (differ at steps {mismatches[:10]}{'...' if len(mismatches) > 10 else ''})" if mismatches else ""))
