@@ -1,5 +1,5 @@
-"""Test-suite time per file, against the budgets: the README's `pytest` under 420 s and the
-quick loop `pytest -m "not slow"` under 90 s on a quiet 2-core machine; exits 1 on a miss.
+"""Test-suite time per file, against the budgets: the README's `pytest` under 480 s and the
+quick loop `pytest -m "not slow"` under 120 s on a quiet 2-core machine; exits 1 on a miss.
 
 Runs pytest with a JUnit XML report and sums the time per file (each notebook under nbval is one
 file, its cells the test cases; each tests/*.py is one file). The suite runs in two pytest-xdist
@@ -60,8 +60,8 @@ def summarize(xml_path: Path) -> list[dict]:
     return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
 
 
-SUITE_BUDGET_S = 420.0   # the README's `pytest` (issue 21: 420 s, with the homework grading tests)
-QUICK_BUDGET_S = 90.0    # `pytest -m "not slow"` (issue 21: 90 s)
+SUITE_BUDGET_S = 480.0   # the README's `pytest`: the brief's 8 minutes (decided in issue 31)
+QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"`: the brief's 2 minutes
 
 
 def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None]:
