@@ -178,7 +178,7 @@ class _Run:
 
     ``kill_after``: the run is SIGKILLed right after its ``kill_after``-th optimizer step, inside
     its own process (:mod:`course_tools.interrupt`); the check kills it when ``metrics.jsonl``
-    shows that step only if the script steps no ``torch.optim`` optimizer (``polled``).
+    shows a later step only if the script steps no ``torch.optim`` optimizer (``polled``).
     """
 
     def __init__(self, script: Path, args: list[str], workdir: Path, name: str, what: str,
@@ -190,7 +190,7 @@ class _Run:
         self.log = workdir / f"{log_name or name}.log"
         self.args = ["--out", str(self.out), *args]
         self.proc: subprocess.Popen | None = None
-        self.polled = False   # killed by the check on seeing step kill_after in the log (not by the step hook)
+        self.polled = False   # killed by the check on seeing a step past kill_after in the log (not by the step hook)
         self.cpu = lambda: 0.0
         self._handle = None
 
@@ -310,7 +310,7 @@ def _watch(runs: list[_Run], limit: int | None = None, ok: bool = True, resumed:
            on_poll: Callable[[], None] | None = None) -> None:
     """Wait until every run has exited; ``on_poll()`` at each look may append runs to ``runs``.
 
-    A run with ``kill_after`` that logs that step while still alive is killed here (its script
+    A run with ``kill_after`` that logs a later step while still alive is killed here (its script
     steps no ``torch.optim`` optimizer: the fallback). Everything stops at the first run that
     exits with an error (``ok``; the planned SIGKILL is not one), logs a step beyond ``limit``,
     or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall time: limits in
@@ -337,10 +337,10 @@ def _watch(runs: list[_Run], limit: int | None = None, ok: bool = True, resumed:
                 return
             now = time.monotonic()
             if now >= next_clock:
-                next_clock = now + _CLOCK_EVERY
+                next_clock, wall = now + _CLOCK_EVERY, now - start > WALL_FACTOR * CPU_LIMIT
                 for run in runs:
-                    if run.poll() is None and (now - start > WALL_FACTOR * CPU_LIMIT or run.cpu() > CPU_LIMIT):
-                        _over_time(run, wall=now - start > WALL_FACTOR * CPU_LIMIT)
+                    if run.poll() is None and (wall or run.cpu() > CPU_LIMIT):
+                        _over_time(run, wall)
             time.sleep(_POLL)
     except BaseException:
         for run in runs:
@@ -526,7 +526,6 @@ class _Interrupted:
 
     ref: _Run
     reference: dict[int, dict[str, Any]]  # the uninterrupted run's training records
-    epoch_end: int                        # the step of its first epoch end (its first evaluation record)
     resumes: list[_Resumed]               # mid-epoch, then epoch end
 
 
@@ -614,7 +613,7 @@ def _interrupted(script: Path, common: list[str], tmp: Path, launcher: Launcher 
     epoch_end = end.kill_after - 1
     resumes = [_verify(again, where, killed_at, before, reference, total_steps, epoch_end, run.polled)
                for (run, where, killed_at), again, before in zip(killed, resumed, befores)]
-    return _Interrupted(ref, reference, epoch_end, resumes)
+    return _Interrupted(ref, reference, resumes)
 
 
 def _verify(resumed: _Run, where: str, killed_at: int, before: dict[int, dict[str, Any]],
