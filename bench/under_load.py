@@ -21,8 +21,10 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import REPO, header, machine_info, write_json  # noqa: E402
@@ -54,22 +56,28 @@ def main() -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         start = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=REPO, capture_output=True, text=True)
+        # -rfEs last: failures, errors and skip reasons are always listed in the summary
+        out = subprocess.run([sys.executable, "-m", "pytest", *pytest_args, "-rfEs"], cwd=REPO, capture_output=True,
+                             text=True)
         seconds = time.monotonic() - start
         stop.set()
     counts = [line for line in out.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     summary = counts[-1] if counts else "no summary"
     failed = [line for line in out.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    skipped = [line for line in out.stdout.splitlines() if line.startswith("SKIPPED")]
+    log = Path(tempfile.gettempdir()) / "under_load.pytest.log"
+    log.write_text(out.stdout + out.stderr, encoding="utf-8")
     result = {"hogs": args.hogs, "pytest_args": pytest_args, "exit_code": out.returncode, "summary": summary.strip("= "),
-              "failed": failed, "seconds": round(seconds, 1),
+              "failed": failed, "skipped": skipped, "seconds": round(seconds, 1),
               "load_1min": {"min": min(loads, default=None), "median": statistics.median(loads) if loads else None,
                             "max": max(loads, default=None), "samples": len(loads)}}
     print(f"hogs {args.hogs}: pytest {' '.join(pytest_args)}")
     print(f"  {result['summary']} in {seconds:.0f} s, exit {out.returncode}")
     print(f"  1-minute load average: min {result['load_1min']['min']}, median {result['load_1min']['median']}, "
           f"max {result['load_1min']['max']} ({len(loads)} samples)")
-    for line in failed:
+    for line in failed + skipped:
         print("  " + line)
+    print(f"  pytest's whole output: {log}")
     write_json("under_load", {"machine": info, **result})
     return out.returncode
 
