@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import cputime, grade, grade_plan, grade_report, sandbox
+from course_tools import cputime, grade, grade_kernel, grade_plan, grade_report, sandbox
 from course_tools.grade_answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
 from course_tools.grade_collect import UnreadableNotebook, collect, read_notebook
 from course_tools.grade_kernel import Budget, run_cells
@@ -401,9 +401,14 @@ def cpu_hogs():
 
 
 @pytest.mark.slow
-def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs):
+def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs, monkeypatch):
     """Beside the hogs, 1.5 CPU-s of honest work passes a 3 CPU-s cell limit though it takes longer than 3 s of
-    wall time (the hogs leave it under half a core); a busy loop under the same limit still stops at it."""
+    wall time (the hogs leave it under half a core); a busy loop under the same limit still stops at it.
+
+    The wall backstop is widened (20x: 60 s) for this test only: its cells use half their CPU limit, so beside
+    more load than its own hogs (bench/under_load.py adds 4) a 5x backstop can come first, which changes the
+    reason shown, not the outcome."""
+    monkeypatch.setattr(grade_kernel, "WALL_FACTOR", 20)
     work = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end:\n    pass"
     honest, _ = _box_run([work, "x = 1"], tmp_path, cell_timeout=3)
     assert honest.stop is None and [c.status for c in honest.cells.values()] == ["ok", "ok"], honest.cells
