@@ -10,7 +10,8 @@
   the processes it leaves) use the checks' own ``LOCAL`` launcher.
 - ``learner_repo(folder)``: a git repository holding ``notebooks/homework/train_cifar.py``
   as released, where ``apply_upgrade(repo, k)`` applies and commits the scripted learner's
-  k-th patch (``tests/fixtures/homework_learner/0k_*.diff``), as a learner commits each upgrade.
+  k-th patch (``UPGRADES[k - 1].patch`` in ``solutions/homework``, the reference answer's commits), as a
+  learner commits each upgrade.
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from course_tools.checks.nb10_homework import HEALTHY, LOCAL, TRAIN, TWIN
+from course_tools.checks.nb10_homework import HEALTHY, LOCAL, TRAIN, TWIN, UPGRADES
 from tests.forkserver import ForkServer, shared_server
 from tests.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
-PATCHES = sorted((ROOT / "tests" / "fixtures" / "homework_learner").glob("0*.diff"))
+PATCHES = [ROOT / "solutions" / "homework" / u.patch for u in UPGRADES]  # the reference answer's commits
 BASELINE = ROOT / "notebooks" / "homework" / "train_cifar.py"
 HOMEWORK = Path("notebooks") / "homework"
 

@@ -1,17 +1,20 @@
-"""A scripted learner does the homework as 10_homework.ipynb describes it and passes each check in one round.
+"""The reference answer's five commits (solutions/homework/upgrades/k_*.patch) are exactly the homework's upgrades.
 
-Starting from the released notebooks/homework/train_cifar.py in a fresh git repository, the learner
-applies and commits one patch per upgrade (tests/fixtures/homework_learner/0k_*.diff), then runs that
-upgrade's check once, on real training. Each patch implements the sentences quoted below (they must
-be in the notebook) and imports from course_utils only what the notebooks teach.
+Starting from the released notebooks/homework/train_cifar.py in a fresh git repository, a scripted
+learner applies and commits one patch per upgrade, as 10_homework.ipynb asks, and runs the checks on
+real training: after patch k the scripts pass checks 1..k in one round and fail check k+1 with that
+check's own message. The baseline plus all five patches is, byte for byte, the reference answer in
+solutions/homework/ (train_cifar.py, debug_overfit.py, debug_overfit_broken_labels.py). Each patch
+implements the sentences quoted below (they must be in the notebook) and imports from course_utils
+only what the notebooks teach.
 
-The same scripts, each with one typical mistake, show that the real-training diagnoses hold: a script
-that does not know the next section's flags, a post-clip norm, a checkpoint without the optimizer or
-without the RNG state (dropout), an EMA left out of the resume, and a twin with a fixed label mapping
+The same scripts, each with one typical mistake, show that the real-training diagnoses hold: a post-clip
+norm, a checkpoint without the optimizer or without the RNG state (dropout), an EMA left out of the
+resume, an evaluation loader that draws from the global generator, and a twin with a fixed label mapping
 (which the network memorises, as section 5 says).
 
 The scripts train for real; their runs fork from a server that imported torch and course_utils once
-(``FORKED_TORCH``), as the professional script's tests do. Real interpreters run the reference scripts
+(``FORKED_TORCH``), as the professional script's tests do. Real interpreters run the reference answer
 through every check in solutions/10_homework.ipynb and the class in tests/test_grade_homework.py.
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import FORKED_TORCH, HEALTHY, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
+from tests.homework_scripts import FORKED_TORCH, HEALTHY, HOMEWORK, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
 from tests.notebook_cells import ROOT
 
 # What each patch implements, quoted from the upgrade's section (its text and its contract block).
@@ -120,13 +123,49 @@ def learner(tmp_path_factory):
     return stages
 
 
+def test_the_baseline_plus_the_five_patches_is_the_reference_answer(tmp_path):
+    repo = learner_repo(tmp_path)
+    for k in range(1, len(PATCHES) + 1):
+        folder = apply_upgrade(repo, k)
+    reference = ROOT / "solutions" / "homework"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([TRAIN, HEALTHY, TWIN])
+    for name in (TRAIN, HEALTHY, TWIN):
+        assert (folder / name).read_bytes() == (reference / name).read_bytes(), \
+            f"solutions/homework/{name} is not the baseline plus the patches in solutions/homework/upgrades/"
+
+
+def test_each_patch_is_named_after_its_upgrade_and_touches_only_its_scripts():
+    assert [p.name.split("_")[0] for p in PATCHES] == ["1", "2", "3", "4", "5"]
+    for upgrade, patch in zip(homework.UPGRADES, PATCHES):
+        touched = re.findall(r"^diff --git a/(\S+) ", patch.read_text(encoding="utf-8"), flags=re.MULTILINE)
+        assert touched and set(touched) == {f"{HOMEWORK.as_posix()}/{name}" for name in upgrade.scripts}, patch.name
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("upgrade", homework.UPGRADES, ids=lambda u: u.check.__name__)
-def test_each_upgrade_passes_its_check_in_one_round(learner, upgrade, capsys):
-    upgrade.run(learner[upgrade.number], launcher=FORKED_TORCH)
+@pytest.mark.parametrize("after, upgrade", [(k, u) for k in range(1, 6) for u in homework.UPGRADES if u.number <= k],
+                         ids=lambda v: v if isinstance(v, int) else v.check.__name__)
+def test_after_patch_k_the_scripts_pass_checks_1_to_k_in_one_round(learner, after, upgrade, capsys):
+    upgrade.run(learner[after], launcher=FORKED_TORCH)
     assert FORKED_TORCH.forks(), "the learner's runs started as real interpreters: a server refused to fork"
     out = capsys.readouterr().out
-    assert f"✅ 升级 {upgrade.number}" in out and f"运行: {learner[upgrade.number] / upgrade.scripts[0]}" in out
+    assert f"✅ 升级 {upgrade.number}" in out and f"运行: {learner[after] / upgrade.scripts[0]}" in out
+
+
+# What check k+1 says of the scripts right after patch k: the flag or the script that upgrade adds.
+NEXT_CHECK_SAYS = {1: ("unrecognized arguments: --ckpt-every-steps 10", "脚本还不认识 --ckpt-every-steps"),
+                   2: ("unrecognized arguments: --clip", "脚本还不认识 --clip"),
+                   3: ("unrecognized arguments: --ema-decay", "脚本还不认识 --ema-decay"),
+                   4: (f"找不到 ", "文件名和位置要与本节约定一致")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", sorted(NEXT_CHECK_SAYS))
+def test_after_patch_k_the_next_check_fails_with_its_own_message(learner, after):
+    found, hint = NEXT_CHECK_SAYS[after]
+    with pytest.raises(CheckFailed) as info:
+        homework.UPGRADES[after].run(learner[after], launcher=FORKED_TORCH)
+    assert found in info.value.found and hint in info.value.hint, info.value
+    assert "metrics.jsonl" not in info.value.hint, info.value
 
 
 def _mutated(folder, name, old, new, tmp_path):
@@ -143,19 +182,11 @@ def _mutated(folder, name, old, new, tmp_path):
 
 
 @pytest.mark.slow
-def test_upgrade1_script_on_the_resume_check_shows_its_argparse_error(learner):
-    with pytest.raises(CheckFailed) as info:
-        homework.check_resume(learner[1] / TRAIN, launcher=FORKED_TORCH)
-    assert "error: unrecognized arguments: --ckpt-every-steps 10" in info.value.found
-    assert "脚本还不认识 --ckpt-every-steps" in info.value.hint and "metrics.jsonl" not in str(info.value)
-
-
-@pytest.mark.slow
 def test_logging_the_post_clip_norm_gets_the_targeted_hint(learner, tmp_path):
     folder = _mutated(learner[3], TRAIN,
-                      "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()  # pre-clip norm",
+                      "grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()\n",
                       "torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n"
-                      "            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()",
+                      "            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()\n",
                       tmp_path)
     with pytest.raises(CheckFailed) as info:
         homework.check_clipping(folder / TRAIN, launcher=FORKED_TORCH)
@@ -177,10 +208,9 @@ def test_a_checkpoint_without_the_optimizer_state_is_diagnosed(learner, tmp_path
 @pytest.mark.slow
 def test_a_twin_with_fixed_wrong_labels_is_memorised_and_rejected(learner, tmp_path):
     # section 4's "想一想": one wrong label per sample, the same at every step; memorised like the right ones
-    fixed = ("wrong = torch.randint(1, 10, y.shape, generator=torch.Generator().manual_seed(0)).to(device)\n"
-             "            labels = (y + wrong) % 10 if shuffle_labels else y")
-    folder = _mutated(learner[5], HEALTHY, "labels = y[torch.randperm(len(y), device=device)] if shuffle_labels else y",
-                      fixed, tmp_path)
+    fixed = ("wrong = torch.randint(1, 10, y.shape, generator=torch.Generator().manual_seed(0)).to(y.device)\n"
+             "    return (y + wrong) % 10")
+    folder = _mutated(learner[5], TWIN, "return y[torch.randperm(len(y), generator=g).to(y.device)]", fixed, tmp_path)
     with pytest.raises(CheckFailed) as info:
         homework.check_overfit(folder / HEALTHY, folder / TWIN, launcher=FORKED_TORCH)
     assert "固定的错误映射" in info.value.hint, info.value

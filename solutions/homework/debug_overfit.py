@@ -10,8 +10,8 @@ a look at the samples (or per-class accuracy on the validation set) can.
 Writes to --out: metrics.jsonl (step, loss, grad_norm per step) and samples.png.
 Exit code 0 when the final loss is below --threshold, 1 otherwise.
 
-    python solutions/homework/debug_overfit.py --out runs/overfit
-    python solutions/homework/debug_overfit.py --model tiny --steps 150 --batch-size 32
+    python notebooks/homework/debug_overfit.py --out runs/overfit
+    python notebooks/homework/debug_overfit.py --model tiny --steps 150 --batch-size 32
 """
 from __future__ import annotations
 

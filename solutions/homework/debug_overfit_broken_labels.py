@@ -11,7 +11,7 @@ well as the right labels, so the overfit test passes; looking at samples.png, or
 per-class accuracy on correctly labelled validation data (the swapped classes score
 near zero there), exposes it.
 
-    python solutions/homework/debug_overfit_broken_labels.py --out runs/overfit_broken
+    python notebooks/homework/debug_overfit_broken_labels.py --out runs/overfit_broken
 """
 from __future__ import annotations
 
