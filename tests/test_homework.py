@@ -223,7 +223,7 @@ def test_solution_notebook_runs_every_check_on_the_reference():
     """solutions/10_homework.ipynb (run by the suite under nbval) is where the reference scripts pass."""
     nb = nbformat.read(ROOT / "solutions" / "10_homework.ipynb", as_version=4)
     override = [c.source for c in nb.cells if "solution-only" in c.metadata.get("tags", [])]
-    assert len(override) == 1 and '"solutions" / "homework"' in override[0] and "train_cifar_pro.py" in override[0]
+    assert len(override) == 1 and '"solutions" / "homework"' in override[0] and '"train_cifar.py"' in override[0]
     calls = {c.source.split("(")[0]: c for c in nb.cells if c.cell_type == "code" and c.source.startswith("check_")}
     assert list(calls) == [u.check.__name__ for u in homework.UPGRADES]
     for name, cell in calls.items():

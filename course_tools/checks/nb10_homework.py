@@ -873,12 +873,14 @@ def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: i
 
 @dataclass(frozen=True)
 class Upgrade:
-    """One upgrade of the homework: its check and the scripts (in the homework folder) it runs."""
+    """One upgrade of the homework: its check, the scripts (in the homework folder) it runs, and the
+    reference answer's commit for it (``patch``, relative to ``solutions/homework``)."""
 
     number: int
     title: str
     scripts: tuple[str, ...]
     check: Callable[..., str]
+    patch: str
 
     def run(self, folder: Path, **kw: Any) -> str:
         """Run the check on the scripts in ``folder``; the passed message, or :class:`CheckFailed`.
@@ -892,17 +894,17 @@ class Upgrade:
 
 TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_broken_labels.py"
 UPGRADES: tuple[Upgrade, ...] = (
-    Upgrade(1, "种子 + config.json", (TRAIN,), check_config),
-    Upgrade(2, "完整检查点 + kill 后续训", (TRAIN,), check_resume),
-    Upgrade(3, "梯度裁剪 + grad norm 日志", (TRAIN,), check_clipping),
-    Upgrade(4, "EMA 权重 + 并排评估", (TRAIN,), check_ema),
-    Upgrade(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), check_overfit),
+    Upgrade(1, "种子 + config.json", (TRAIN,), check_config, "upgrades/1_seed_config.patch"),
+    Upgrade(2, "完整检查点 + kill 后续训", (TRAIN,), check_resume, "upgrades/2_checkpoint_resume.patch"),
+    Upgrade(3, "梯度裁剪 + grad norm 日志", (TRAIN,), check_clipping, "upgrades/3_clipping.patch"),
+    Upgrade(4, "EMA 权重 + 并排评估", (TRAIN,), check_ema, "upgrades/4_ema.patch"),
+    Upgrade(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), check_overfit, "upgrades/5_debug_overfit.patch"),
 )
 
 
 # ------------------------------------------------------------------ hints in tiers (course_tools.checks.hint)
 
-HINTS: dict[str, tuple[str, ...]] = {
+_TIERS: dict[str, tuple[str, ...]] = {
     "check_config": (
         "可复现的前提是: 同一个种子两次运行逐步一致,换种子结果就变;而且每次运行都留下足够的记录(全部参数和代码版本),"
         "事后能说清这条曲线是怎么来的",
@@ -936,3 +938,12 @@ HINTS: dict[str, tuple[str, ...]] = {
         "失败时没有以非 0 退出码结束;没存 samples.png",
     ),
 }
+
+
+def _naming_its_commit(upgrade: Upgrade, tiers: tuple[str, ...]) -> tuple[str, ...]:
+    """The last tier also names the reference answer's commit for the upgrade (the patch of just that section)."""
+    return (*tiers[:-1], f"{tiers[-1]}。还找不到,就对照参考答案这一次升级的 commit: solutions/homework/{upgrade.patch}"
+                         "(只含这一节的改动,先自己试过再看)")
+
+
+HINTS: dict[str, tuple[str, ...]] = {u.check.__name__: _naming_its_commit(u, _TIERS[u.check.__name__]) for u in UPGRADES}
