@@ -47,6 +47,7 @@ MAX_HOMEWORK_S = 180.0   # one learner's homework, all checks, --jobs 1, on a 2-
 def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
     """One learner's homework (the reference scripts) graded ``rounds`` times per arm, the arms alternating."""
     from course_tools.grade_homework import NOTEBOOK, HomeworkSetup, grade_homework
+    from course_tools.grade_similarity import REFERENCE
 
     setup = HomeworkSetup.for_solutions(solutions)
     if setup is None:
@@ -54,7 +55,7 @@ def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
         return None
     folder = root / "learner" / "homework"
     folder.mkdir(parents=True)
-    for name, text in setup.reference_scripts().items():
+    for name, text in setup.reference_scripts()[REFERENCE].items():
         (folder / name).write_text(text, encoding="utf-8")
     item = collect([root / "learner"], [], set(), NOTEBOOK)[0][0]
     runs, load_start = [], os.getloadavg()[0]

@@ -51,12 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_tools.checks import CheckFailed
-from course_tools.checks.nb10_homework import UPGRADES, Upgrade
+from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade
 from course_tools.grade_collect import Item
 from course_tools.grade_history import (HOMEWORK, NO_HISTORY, Commit, Discipline, History, HistoryError,
                                         judge_discipline, open_history)
 from course_tools.grade_kernel import clean_text
 from course_tools.grade_report import CheckOutcome, Grade
+from course_tools.grade_similarity import PRO_REFERENCE, REFERENCE
 from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
 
 __all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkResult", "grade_homework",
@@ -102,16 +103,16 @@ class HomeworkSetup:
         root = solutions.parent
         return cls(reference, root / HOMEWORK, root if (root / ".git").exists() else None, **kw)
 
-    def reference_scripts(self) -> dict[str, str]:
-        """The reference of each homework script, by the LEARNER's file name (``train_cifar.py`` is
-        ``train_cifar_pro.py`` in ``solutions/homework``, where it has that name)."""
-        found = {}
-        for name in dict.fromkeys(n for u in UPGRADES for n in u.scripts):
-            path = next((p for p in (self.reference / name, self.reference / f"{Path(name).stem}_pro.py")
-                         if p.is_file()), None)
-            if path is not None:
-                found[name] = path.read_text(encoding="utf-8", errors="replace")
-        return found
+    def reference_scripts(self) -> dict[str, dict[str, str]]:
+        """The references a learner's scripts are compared with, by name (:data:`REFERENCE`: the reference
+        answer, same file names; :data:`PRO_REFERENCE`: ``train_cifar_pro.py``, standing for ``train_cifar.py``),
+        each mapping the LEARNER's file name to the reference's text; a reference with no file is left out."""
+        names = dict.fromkeys(n for u in UPGRADES for n in u.scripts)
+        paths = {REFERENCE: {name: self.reference / name for name in names},
+                 PRO_REFERENCE: {TRAIN: self.reference / "train_cifar_pro.py"}}
+        found = {other: {name: path.read_text(encoding="utf-8", errors="replace")
+                         for name, path in files.items() if path.is_file()} for other, files in paths.items()}
+        return {other: files for other, files in found.items() if files}
 
     def baseline_scripts(self) -> dict[str, str]:
         """The released scripts everyone starts from, by file name."""

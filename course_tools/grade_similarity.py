@@ -26,16 +26,16 @@ against everything. Pairs scoring at least :data:`THRESHOLD` are flagged for a p
 :data:`THRESHOLD` was measured on ``tests/fixtures/similarity/`` (four independent
 implementations of the same upgrade of the baseline, written in different styles; four
 disguised copies of them: renamed, reformatted with changed strings and moved comments, a
-function extracted, all of it mixed) and on the scripted learner of
-``tests/fixtures/homework_learner/`` against the fixtures and ``solutions/homework/``. With
-``K = 12``: unrelated pairs score 0.009 to 0.21, disguised copies 0.81 to 1.0 (K = 8: 0.31 and
+function extracted, all of it mixed) and on the reference answer (the baseline plus the patches
+in ``solutions/homework/upgrades/``) against the fixtures and ``train_cifar_pro.py``. With
+``K = 12``: unrelated pairs score 0.009 to 0.17, disguised copies 0.81 to 1.0 (K = 8: 0.31 and
 0.86, K = 20: 0.15 and 0.74; ``pytest -n 0 -s tests/test_grade_similarity.py -k measured``
 prints the table). 0.5 sits in that gap with a margin of about 0.3 on either side.
 
 Example::
 
     rows = pair_rows({"alice": {"train_cifar.py": a}, "bob": {"train_cifar.py": b}},
-                     references={"train_cifar.py": ref}, baseline={"train_cifar.py": base})
+                     references={REFERENCE: {"train_cifar.py": ref}}, baseline={"train_cifar.py": base})
     write_csv(Path("grades.similarity.csv"), rows)
     print(summary(rows))
 """
@@ -54,14 +54,15 @@ from pathlib import Path
 
 from course_tools.grade_report import safe_field
 
-__all__ = ["K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "SIMILARITY_COLUMNS", "Fingerprint",
+__all__ = ["K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "PRO_REFERENCE", "SIMILARITY_COLUMNS", "Fingerprint",
            "SimilarityRow", "tokens", "fingerprint", "similarity", "pair_rows", "write_csv", "summary"]
 
 K = 12              # tokens per shingle
 MIN_PRINTS = 20     # the score's denominator is at least this many shingles
 THRESHOLD = 0.5     # flag pairs at or above (measured: see the module docstring)
 OVERALL = "(全部脚本)"   # the script column of a learner pair's row over all their scripts together
-REFERENCE = "solutions/homework"   # the second name of a learner-against-reference row
+REFERENCE = "solutions/homework"   # the other name of a row against the reference answer (the learner's scale)
+PRO_REFERENCE = "solutions/homework/train_cifar_pro.py"   # ... and of a row against the professional script
 SIMILARITY_COLUMNS = ("learner", "other", "script", "score", "shared", "prints", "other_prints", "flagged", "note")
 
 _LAYOUT = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENCODING,
@@ -85,7 +86,7 @@ class Fingerprint:
 
 @dataclass(frozen=True)
 class SimilarityRow:
-    """One compared pair for one script (or :data:`OVERALL`); ``other`` is a learner or :data:`REFERENCE`."""
+    """One compared pair for one script (or :data:`OVERALL`); ``other`` is a learner or a reference's name."""
 
     learner: str
     other: str
@@ -210,31 +211,33 @@ def _overall(prints: dict[str, Fingerprint]) -> Fingerprint:
                        sum(p.tokens for p in prints.values()), any(p.degraded for p in prints.values()))
 
 
-def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, str],
+def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[str, str]],
               baseline: dict[str, str]) -> list[SimilarityRow]:
-    """Every pair of learners, and every learner against the references, per script and :data:`OVERALL`.
+    """Every pair of learners, and every learner against each reference, per script and :data:`OVERALL`.
 
-    ``learners``: learner -> script file name -> source; ``references``: file name -> source of the
-    reference script the learner's file corresponds to (keyed by the LEARNER's file name: the
-    reference for ``train_cifar.py`` is ``solutions/homework/train_cifar_pro.py``); ``baseline``:
+    ``learners``: learner -> script file name -> source; ``references``: the reference's name (the
+    rows' ``other``: :data:`REFERENCE`, :data:`PRO_REFERENCE`) -> the LEARNER's file name -> the source
+    that file is compared with (the professional script stands for ``train_cifar.py``); ``baseline``:
     file name -> the released starting script (files without one: nothing removed). A script only
     one side has is left out of the per-script rows and counts in the overall row.
     """
     prints = {name: {script: fingerprint(source, baseline.get(script, "")) for script, source in scripts.items()}
               for name, scripts in learners.items()}
-    reference = {script: fingerprint(source, baseline.get(script, "")) for script, source in references.items()}
     overall = {name: _overall(scripts) for name, scripts in prints.items()}
     rows: list[SimilarityRow] = []
     for first, second in itertools.combinations(sorted(prints), 2):
         for script in sorted(prints[first].keys() & prints[second].keys()):
             rows.append(_row(first, second, script, prints[first][script], prints[second][script]))
         rows.append(_row(first, second, OVERALL, overall[first], overall[second]))
-    if reference:
+    for other, sources in references.items():
+        reference = {script: fingerprint(source, baseline.get(script, "")) for script, source in sources.items()}
+        if not reference:
+            continue
         reference_overall = _overall(reference)
         for name in sorted(prints):
             for script in sorted(prints[name].keys() & reference.keys()):
-                rows.append(_row(name, REFERENCE, script, prints[name][script], reference[script]))
-            rows.append(_row(name, REFERENCE, OVERALL, overall[name], reference_overall))
+                rows.append(_row(name, other, script, prints[name][script], reference[script]))
+            rows.append(_row(name, other, OVERALL, overall[name], reference_overall))
     return rows
 
 

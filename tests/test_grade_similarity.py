@@ -1,8 +1,9 @@
 """course_tools.grade_similarity: disguised copies flagged, independent work and untouched baselines not.
 
 The fixtures (tests/fixtures/similarity/) are four independent implementations of one upgrade of
-the baseline and four disguised copies of them; the scripted learner (tests/fixtures/homework_learner/)
-and the reference scripts (solutions/homework/) are a second, real-size independent pair.
+the baseline and four disguised copies of them; the reference answer (solutions/homework/train_cifar.py, the
+baseline plus the patches in solutions/homework/upgrades/) and the professional script (train_cifar_pro.py)
+are a second, real-size independent pair, and the two references every learner is compared with.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from course_tools.grade_similarity import (OVERALL, REFERENCE, SIMILARITY_COLUMNS, THRESHOLD, fingerprint,
-                                           pair_rows, similarity, summary, tokens, write_csv)
-from tests.homework_scripts import BASELINE, HOMEWORK, PATCHES, TRAIN, apply_upgrade, learner_repo
+from course_tools.grade_similarity import (OVERALL, PRO_REFERENCE, REFERENCE, SIMILARITY_COLUMNS, THRESHOLD,
+                                           fingerprint, pair_rows, similarity, summary, tokens, write_csv)
+from tests.homework_scripts import BASELINE, TRAIN
 from tests.notebook_cells import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "similarity"
@@ -23,17 +24,10 @@ SCRIPTS = {p.stem: p.read_text(encoding="utf-8") for p in sorted(FIXTURES.glob("
 INDEPENDENT = [name for name in SCRIPTS if name.startswith("independent_")]
 COPIES = {name: "independent_" + name.split("_")[2] for name in SCRIPTS if name.startswith("copy_of_")}
 BASE = BASELINE.read_text(encoding="utf-8")
-REFERENCE_TRAIN = (ROOT / "solutions" / "homework" / "train_cifar_pro.py").read_text(encoding="utf-8")
+ANSWER = (ROOT / "solutions" / "homework" / TRAIN).read_text(encoding="utf-8")  # the reference answer
+PRO = (ROOT / "solutions" / "homework" / "train_cifar_pro.py").read_text(encoding="utf-8")
+REFERENCES = {REFERENCE: {TRAIN: ANSWER}, PRO_REFERENCE: {TRAIN: PRO}}
 MARGIN = 0.2
-
-
-@pytest.fixture(scope="module")
-def scripted_learner(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """train_cifar.py of the scripted learner after every upgrade."""
-    repo = learner_repo(tmp_path_factory.mktemp("learner"))
-    for k in range(1, len(PATCHES) + 1):
-        apply_upgrade(repo, k)
-    return (repo / HOMEWORK / TRAIN).read_text(encoding="utf-8")
 
 
 def test_fixtures_are_what_the_measurement_needs() -> None:
@@ -42,12 +36,13 @@ def test_fixtures_are_what_the_measurement_needs() -> None:
         assert SCRIPTS[name] != SCRIPTS[COPIES[name]]
 
 
-def test_measured_threshold_separates_copies_from_independent_work(scripted_learner: str) -> None:
+def test_measured_threshold_separates_copies_from_independent_work() -> None:
     unrelated = {f"{a} ~ {b}": similarity(SCRIPTS[a], SCRIPTS[b], BASE) for a, b in itertools.combinations(INDEPENDENT, 2)}
     unrelated |= {f"{c} ~ {i}": similarity(SCRIPTS[c], SCRIPTS[i], BASE)
                   for c in COPIES for i in INDEPENDENT if i != COPIES[c]}
-    unrelated |= {f"scripted learner ~ {i}": similarity(scripted_learner, SCRIPTS[i], BASE) for i in INDEPENDENT}
-    unrelated["scripted learner ~ train_cifar_pro.py"] = similarity(scripted_learner, REFERENCE_TRAIN, BASE)
+    unrelated |= {f"{ref} ~ {i}": similarity(text, SCRIPTS[i], BASE)
+                  for ref, text in (("train_cifar.py", ANSWER), ("train_cifar_pro.py", PRO)) for i in INDEPENDENT}
+    unrelated["train_cifar.py ~ train_cifar_pro.py"] = similarity(ANSWER, PRO, BASE)
     copies = {f"{c} ~ {o}": similarity(SCRIPTS[c], SCRIPTS[o], BASE) for c, o in COPIES.items()}
     for label, score in sorted(unrelated.items()) + sorted(copies.items()):
         print(f"{score:.3f}  {label}")
@@ -70,32 +65,35 @@ def test_untouched_baselines_score_zero_and_are_not_flagged() -> None:
     assert fingerprint(BASE, BASE).prints == frozenset()
     assert similarity(BASE, BASE, BASE) == 0.0
     assert similarity(recommented, BASE, BASE) == 0.0
-    assert similarity(BASE, REFERENCE_TRAIN, BASE) == 0.0
+    assert similarity(BASE, ANSWER, BASE) == similarity(BASE, PRO, BASE) == 0.0
     assert similarity(BASE, BASE) == 1.0, "without the baseline removed, the two would be identical"
     rows = pair_rows({"a": {TRAIN: BASE}, "b": {TRAIN: recommented}}, {}, {TRAIN: BASE})
     assert [r.score for r in rows] == [0.0, 0.0] and not any(r.flagged for r in rows)
 
 
-def test_a_copy_of_the_reference_is_flagged_against_it() -> None:
+@pytest.mark.parametrize("copied, other", [(ANSWER, REFERENCE), (PRO, PRO_REFERENCE)], ids=["answer", "pro"])
+def test_a_copy_of_either_reference_is_flagged_against_it(copied: str, other: str) -> None:
     # comments gone and every name `step` renamed, attributes (optimizer.step) included: only those shingles change
-    renamed = re.sub(r"\bstep\b", "n_step", re.sub(r"#.*", "", REFERENCE_TRAIN))
-    rows = pair_rows({"copier": {TRAIN: renamed}, "honest": {TRAIN: SCRIPTS["independent_2"]}},
-                     {TRAIN: REFERENCE_TRAIN}, {TRAIN: BASE})
-    against = {(r.learner, r.script): r for r in rows if r.other == REFERENCE}
-    assert against["copier", TRAIN].score > 0.9 and against["copier", TRAIN].flagged
-    assert not against["honest", TRAIN].flagged and not against["honest", OVERALL].flagged
+    renamed = re.sub(r"\bstep\b", "n_step", re.sub(r"#.*", "", copied))
+    rows = pair_rows({"copier": {TRAIN: renamed}, "honest": {TRAIN: SCRIPTS["independent_2"]}}, REFERENCES,
+                     {TRAIN: BASE})
+    against = {(r.learner, r.other, r.script): r for r in rows if r.other in REFERENCES}
+    assert against["copier", other, TRAIN].score > 0.9 and against["copier", other, TRAIN].flagged
+    assert not [key for key, r in against.items() if r.flagged and key[0] == "honest"]
 
 
 def test_pair_rows_cover_every_pair_per_script_and_overall() -> None:
     learners = {"c": {TRAIN: SCRIPTS["independent_3"], "debug_overfit.py": SCRIPTS["independent_2"]},
                 "a": {TRAIN: SCRIPTS["independent_1"]},
                 "b": {TRAIN: SCRIPTS["copy_of_1_renamed"], "debug_overfit.py": SCRIPTS["copy_of_2_extracted"]}}
-    rows = pair_rows(learners, {TRAIN: REFERENCE_TRAIN}, {TRAIN: BASE})
+    rows = pair_rows(learners, REFERENCES, {TRAIN: BASE})
     keys = [(r.learner, r.other, r.script) for r in rows]
     assert keys == [("a", "b", TRAIN), ("a", "b", OVERALL), ("a", "c", TRAIN), ("a", "c", OVERALL),
                     ("b", "c", "debug_overfit.py"), ("b", "c", TRAIN), ("b", "c", OVERALL),
                     ("a", REFERENCE, TRAIN), ("a", REFERENCE, OVERALL), ("b", REFERENCE, TRAIN),
-                    ("b", REFERENCE, OVERALL), ("c", REFERENCE, TRAIN), ("c", REFERENCE, OVERALL)]
+                    ("b", REFERENCE, OVERALL), ("c", REFERENCE, TRAIN), ("c", REFERENCE, OVERALL),
+                    ("a", PRO_REFERENCE, TRAIN), ("a", PRO_REFERENCE, OVERALL), ("b", PRO_REFERENCE, TRAIN),
+                    ("b", PRO_REFERENCE, OVERALL), ("c", PRO_REFERENCE, TRAIN), ("c", PRO_REFERENCE, OVERALL)]
     flagged = {(r.learner, r.other, r.script) for r in rows if r.flagged}
     # b copied half its work from c: over both scripts, more than half of b's own code is in c's
     assert flagged == {("a", "b", TRAIN), ("a", "b", OVERALL), ("b", "c", "debug_overfit.py"), ("b", "c", OVERALL)}
