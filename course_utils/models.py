@@ -14,7 +14,7 @@ Example::
 layer of the course's models, driven by torch's global generator. Pitfall: with it, a resumed
 run matches the uninterrupted one only if the checkpoint restored the RNG state.
 
-Taught in ``00_start_here`` §3–4; every notebook trains them.
+Taught in ``00_start_here`` §4 (the sanity run builds and counts one); every notebook trains them.
 """
 from __future__ import annotations
 

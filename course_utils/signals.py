@@ -26,10 +26,10 @@ Example::
             if stop.requested:      # "SIGTERM" or "SIGINT"
                 save(); break
 
-Taught in ``04_checkpoint_resume`` §3 (SIGTERM / Ctrl-C only set a flag, the loop saves at a
-step boundary; the demo kills with SIGKILL, the worst case) and ``11_multi_process`` §9 (a stop
-on any rank stops every rank at the same step); reference machinery of
-``solutions/homework/train_cifar_pro.py``, whose tests send the signals.
+Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it; its tests send
+the signals). What it does is described in prose in 04 §3 (SIGTERM / Ctrl-C only set a flag, the loop
+saves at a step boundary; the demo kills with SIGKILL, the worst case) and 11 §9 (a stop on any rank
+stops every rank at the same step).
 """
 from __future__ import annotations
 
