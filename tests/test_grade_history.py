@@ -1,4 +1,4 @@
-"""course_tools.grade_history: the learner's commits found in clones, git folders and bundles, safely; the verdicts.
+"""course_tools.grade.commits: the learner's commits found in clones, git folders and bundles, safely; the verdicts.
 
 Pure git, no torch: every repository is built here (a small stand-in for the course repository,
 learner clones of it with one commit per upgrade, squashed and out-of-order histories, bundles,
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from course_tools import grade_history
-from course_tools.grade_history import (HOMEWORK, NO_HISTORY, Commit, HistoryError, judge_discipline,
+from course_tools.grade import commits as grade_history
+from course_tools.grade.commits import (HOMEWORK, NO_HISTORY, Commit, HistoryError, judge_discipline,
                                         open_history)
 from tests.homework_scripts import PATCHES, apply_upgrade, learner_repo
 

@@ -32,10 +32,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import grade, grade_homework, sandbox
-from course_tools.checks import nb10_homework
-from course_tools.grade_collect import collect
-from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK
+from course_tools import grade, sandbox
+from course_tools.grade import homework as grade_homework
+from course_tools.checks import homework_runs, nb10_homework
+from course_tools.grade.collect import collect
+from course_tools.grade.homework import HOMEWORK_LIMITS, NOTEBOOK
 from course_tools.release import learner_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,7 +301,7 @@ def graded(tmp_path_factory):
     before = {"class": _snapshot(c), "course": _snapshot(root / "course"), "canary": _snapshot(root / "canary")}
     report = root / "report" / "grades.csv"
     mp = pytest.MonkeyPatch()
-    mp.setattr(nb10_homework, "CPU_LIMIT", 10)   # CPU seconds: an honest run takes a few
+    mp.setattr(homework_runs, "CPU_LIMIT", 10)   # CPU seconds: an honest run takes a few
     mp.setattr(nb10_homework, "WALL_FACTOR", 2)  # the script that sleeps forever: stopped after 20 s
     try:
         start = time.monotonic()
@@ -445,7 +446,7 @@ time.sleep(600)
 
 
 def test_first_passing_commit_by_binary_search_with_a_bounded_number_of_runs():
-    from course_tools.grade_history import Commit
+    from course_tools.grade.commits import Commit
 
     commits = [Commit(f"{k:040x}", f"{k:07x}", f"c{k}") for k in range(1, 9)]
     upgrade = nb10_homework.UPGRADES[1]
@@ -472,8 +473,8 @@ def sandbox_ready():
 
 
 def test_require_commits_changes_the_score_only_when_asked(tmp_path, monkeypatch):
-    from course_tools.grade_collect import Item
-    from course_tools.grade_report import CheckOutcome
+    from course_tools.grade.collect import Item
+    from course_tools.grade.report import CheckOutcome
 
     def graded(item, setup, use_sandbox, scratch, result, verdict):
         result.grade.checks = [CheckOutcome(grade_homework.upgrade_label(u), True) for u in nb10_homework.UPGRADES]

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from course_tools import grade, sandbox
-from course_tools.grade_report import COLUMNS, FILE_COLUMNS
+from course_tools.grade.report import COLUMNS, FILE_COLUMNS
 from course_tools.release import learner_notebook
 
 pytestmark = pytest.mark.slow

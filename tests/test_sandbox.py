@@ -1,4 +1,4 @@
-"""A sandbox's processes (course_tools.sandbox_procs, course_tools.cputime): CPU clocks that count what was
+"""A sandbox's processes (course_tools.sandbox.procs, course_tools.cputime): CPU clocks that count what was
 computed, by children that exited and by orphans too, and a kill after which no process is left.
 
 The cell limits under load (a cell beside CPU hogs) are in tests/test_grade.py.

@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 
 from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, tagged
-from course_tools.grade_answers import OutsideCheck, outside_check
-from course_tools.grade_scan import Flag, scan
+from course_tools.grade.answers import OutsideCheck, outside_check
+from course_tools.grade.scan import Flag, scan
 from course_tools.release import learner_notebook
 
 __all__ = ["cell_source", "references", "merge_exercises", "Plan",

@@ -57,7 +57,7 @@ from pathlib import Path, PurePosixPath
 __all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "Discipline", "NO_HISTORY", "open_history",
            "judge_discipline"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOMEWORK = "notebooks/homework"          # where the learner's scripts live in the workbook
 _BASELINE = ROOT / HOMEWORK / "train_cifar.py"
 _HEAD_REF = "refs/grader/head"

@@ -52,7 +52,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_tools.grade_report import safe_field
+from course_tools.grade.report import safe_field
 
 __all__ = ["K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "PRO_REFERENCE", "SIMILARITY_COLUMNS", "Fingerprint",
            "SimilarityRow", "tokens", "fingerprint", "similarity", "pair_rows", "write_csv", "summary"]

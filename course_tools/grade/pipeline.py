@@ -6,8 +6,8 @@ dropped): every cell comes from the reference except the source of the ``exercis
 comes from the learner. Editing or deleting a check cell therefore changes nothing. The notebook
 runs in a fresh kernel inside a bubblewrap sandbox (:mod:`course_tools.sandbox`) and the grader
 decides each check's outcome itself, from the kernel's execute replies
-(:mod:`course_tools.grade_kernel`); the self-test answers are scored outside the kernel
-(:mod:`course_tools.grade_answers`).
+(:mod:`course_tools.grade.kernel`); the self-test answers are scored outside the kernel
+(:mod:`course_tools.grade.answers`).
 
     score = check cells passed / check cells in the reference
 
@@ -19,7 +19,7 @@ its stub, at most once per exercise, so the other exercises still earn their mar
 a hard limit per notebook, in CPU seconds of all its runs (five times that in wall time). Limits in
 CPU time give the same grades on a busy machine. A notebook that cannot be graded
 keeps its total (score 0 with the reason). Exercise sources that reach the check machinery or
-the runtime are flagged for manual review (:mod:`course_tools.grade_scan`) and run as stubs
+the runtime are flagged for manual review (:mod:`course_tools.grade.scan`) and run as stubs
 (``--run-flagged`` runs them anyway, after review).
 
     python -m course_tools.grade submissions/ --report grades.csv --jobs 2
@@ -29,14 +29,14 @@ the runtime are flagged for manual review (:mod:`course_tools.grade_scan`) and r
     python -m course_tools.grade submissions/ --report grades.csv --require-commits  # discipline counts
 
 The homework (``10_homework``: the learner's training scripts, when ``solutions/homework/`` holds the
-reference scripts) is one more row per learner, graded by :mod:`course_tools.grade_homework`: each
+reference scripts) is one more row per learner, graded by :mod:`course_tools.grade.homework`: each
 upgrade's check runs here, every run of the learner's scripts in its own sandbox; the commit
 history, when handed in, is judged too (``--require-commits`` lets it change the score), and
 ``grades.similarity.csv`` lists the pairs of learners (and learner x reference) whose scripts
-are alike, for a person to look at (:mod:`course_tools.grade_similarity`).
+are alike, for a person to look at (:mod:`course_tools.grade.similarity`).
 
-The notebook to run: :mod:`course_tools.grade_plan`. Submissions, collection and reports:
-:mod:`course_tools.grade_collect`, :mod:`course_tools.grade_report`.
+The notebook to run: :mod:`course_tools.grade.plan`. Submissions, collection and reports:
+:mod:`course_tools.grade.collect`, :mod:`course_tools.grade.report`.
 Without bubblewrap the grader stops with an explanation; ``--no-sandbox`` grades anyway (trusted
 code only: the learner's code then runs as you) and says so in every row.
 """
@@ -54,20 +54,20 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools.grade_answers import outside_check, score_outside
-from course_tools.grade_collect import Finding, Item, UnreadableNotebook, collect, read_notebook
-from course_tools.grade_homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
+from course_tools.grade.answers import outside_check, score_outside
+from course_tools.grade.collect import Finding, Item, UnreadableNotebook, collect, read_notebook
+from course_tools.grade.homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
 from course_tools.cputime import WALL_FACTOR
-from course_tools.grade_kernel import DEADLINES, Budget, CellResult, clean_text, run_cells
-from course_tools.grade_report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
+from course_tools.grade.kernel import DEADLINES, Budget, CellResult, clean_text, run_cells
+from course_tools.grade.report import CheckOutcome, Grade, Report, merge_reports, pass_rate_table, safe_field, table
 from course_tools.cells import CHECK, tagged
-from course_tools.grade_plan import Plan, cell_source, make_plan, references
+from course_tools.grade.plan import Plan, cell_source, make_plan, references
 from course_tools.release import AuthoringError
 from course_tools.sandbox import GiB, KernelBox, Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 
 __all__ = ["ROOT", "Options", "grade_item", "grade_all", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -261,7 +261,7 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
 def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict[str, str]], report: Path | None,
                 verbose: bool) -> None:
     """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed)."""
-    from course_tools.grade_similarity import pair_rows, summary, write_csv
+    from course_tools.grade.similarity import pair_rows, summary, write_csv
 
     private = private_dir()
     try:
@@ -399,6 +399,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.report.stem}_feedback/)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade_collect import Finding
-from course_tools.grade_kernel import clean_text
+from course_tools.grade.collect import Finding
+from course_tools.grade.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "Report", "load_report",
            "merge_reports", "pass_rates", "pass_rate_table", "feedback_markdown", "table"]

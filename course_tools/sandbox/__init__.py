@@ -32,7 +32,7 @@ Both get the same mounts, environment and limits:
 - CPU time: each box counts the CPU seconds its sandbox uses (the cgroup's counter, else the
   process tree's), for limits that do not depend on the machine's load; ``KernelBox.end`` and the
   runs' ``wait`` SIGKILL every process of the sandbox and wait for them
-  (:mod:`course_tools.sandbox_procs`);
+  (:mod:`course_tools.sandbox.procs`);
 - ``interrupt_mode: message``: an interrupt is a message, never a signal to the sandbox's process
   group (which would kill the sandbox).
 
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import IO
 
 from course_tools.quiet import quiet_environ
-from course_tools.sandbox_procs import Cgroup, SandboxPopen, SandboxProcesses, alive
+from course_tools.sandbox.procs import Cgroup, SandboxPopen, SandboxProcesses, alive
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
            "package_roots", "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox",

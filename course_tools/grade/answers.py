@@ -26,7 +26,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from course_tools.grade_kernel import clean_text
+from course_tools.grade.kernel import clean_text
 
 __all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside"]
 

@@ -1,7 +1,7 @@
 """Grade the homework of ``10_homework``: each learner's scripts, run by the upgrade checks in sandboxes (instructor tool).
 
 Reference machinery of :mod:`course_tools.grade`. The learner hands in the scripts in one of the
-forms :mod:`course_tools.grade_collect` recognises (``homework/`` folder, clone of the workbook with
+forms :mod:`course_tools.grade.collect` recognises (``homework/`` folder, clone of the workbook with
 or without ``.git``, git bundle). The one command a learner runs to hand in, from the workbook's
 root after committing each upgrade on the branch ``homework-0.4``::
 
@@ -16,7 +16,7 @@ own folder the one writable host path, no network, no other learner, no ``soluti
 process gone with the sandbox). One row per learner (``passed/total`` = upgrades) and one check
 row per upgrade with the check's own message and a command that reproduces it.
 
-History (clone with ``.git``, bundle; read by :mod:`course_tools.grade_history`): for each
+History (clone with ``.git``, bundle; read by :mod:`course_tools.grade.commits`): for each
 upgrade, the first of the learner's commits at which its check passes. The checks are
 cumulative (each upgrade builds on the last, and a learner does not remove one later), so
 "passes" is monotone along the commits and a binary search over the commits that change
@@ -25,7 +25,7 @@ commits, besides the run at the head, with every (commit, upgrade) result memois
 scripts run in an exported folder whose ``.git`` names that commit as ``HEAD`` (objects read from
 the grader's copy of the history), so upgrade 1's check asks for exactly that commit in
 ``config.json``; without history it asks only for a key naming the commit. The verdict
-(:func:`~course_tools.grade_history.judge_discipline`) goes into the ``commits`` column and the
+(:func:`~course_tools.grade.commits.judge_discipline`) goes into the ``commits`` column and the
 notes; it changes the score only with ``require_commits`` (``--require-commits``): a history that
 fails the verdict then scores 0 (a plain folder has no history and is never penalised).
 
@@ -52,12 +52,12 @@ from pathlib import Path
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade
-from course_tools.grade_collect import Item
-from course_tools.grade_history import (HOMEWORK, NO_HISTORY, Commit, Discipline, History, HistoryError,
+from course_tools.grade.collect import Item
+from course_tools.grade.commits import (HOMEWORK, NO_HISTORY, Commit, Discipline, History, HistoryError,
                                         judge_discipline, open_history)
-from course_tools.grade_kernel import clean_text
-from course_tools.grade_report import CheckOutcome, Grade
-from course_tools.grade_similarity import PRO_REFERENCE, REFERENCE
+from course_tools.grade.kernel import clean_text
+from course_tools.grade.report import CheckOutcome, Grade
+from course_tools.grade.similarity import PRO_REFERENCE, REFERENCE
 from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
 
 __all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkResult", "grade_homework",
