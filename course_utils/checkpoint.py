@@ -4,7 +4,12 @@ A weights-only checkpoint gives a run amnesia: AdamW's moments restart at zero, 
 schedule starts over, the data order and RNG streams replay. The full state is
 ``training_state(...)``: model, optimizer, scheduler, GradScaler, EMA, epoch, global step,
 position inside the epoch, all RNG states, the run config and the best metric;
-``restore_training_state`` puts it back (model shapes checked first, RNG last).
+``restore_training_state`` puts it back (model shapes checked first, RNG last). Anything else a
+run must carry over (the professional script's monitor alarms and rollback records) is a *part*:
+an object with its own ``state_dict``/``load_state_dict``, registered by name (``parts=``), saved
+under ``state["parts"][name]`` and loaded back into the object of the same name (torchtitan's
+stateful parts). Checkpoints written before the registry held the same dicts under
+``state["extra"][name]``; ``saved_parts`` reads either.
 
 ``CheckpointManager`` keeps them in one folder:
 
@@ -22,7 +27,8 @@ position inside the epoch, all RNG states, the run config and the best metric;
 Machinery of the professional script (``solutions/homework/train_cifar_pro.py``), not taught:
 ``set_aside`` moves the files newer than the resume point into ``superseded/`` or ``corrupt/``
 (a rename, never a delete), ``remove_leftovers`` deletes what a killed save left behind.
-Saves that do not stop the loop: ``course_utils.checkpoint_async.AsyncCheckpointManager``.
+``share_checkpoint`` makes every rank of a torchrun job load the file rank 0 chose. Saves that do
+not stop the loop: ``course_utils.checkpoint_async.AsyncCheckpointManager``.
 
 Example::
 
@@ -46,19 +52,29 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple, Protocol
 
 import torch
 from torch import nn
 
+from course_utils.distributed import World, broadcast, same_on_all_ranks
 from course_utils.durable import (TEMP_FILE, CorruptCheckpointError, atomic_file, fsync_folder, load_verified,
                                   save_verified, sidecar, temp_name, write_all, write_sidecar)
 from course_utils.repro import rng_state, set_rng_state
+from course_utils.runfolder import Refused
 
 __all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "save_verified", "load_verified", "CheckpointManager",
-           "training_state", "check_model_compatible", "restore_training_state"]
+           "share_checkpoint", "Stateful", "training_state", "saved_parts", "check_model_compatible", "restore_training_state"]
 
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+
+class Stateful(Protocol):
+    """A part of a run that a checkpoint carries: ``state_dict()`` of plain values, and its inverse."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class LoadedCheckpoint(NamedTuple):
@@ -231,6 +247,27 @@ class CheckpointManager:
         return removed
 
 
+def share_checkpoint(found: LoadedCheckpoint | None, directory: str | os.PathLike, world: World,
+                     map_location: str | torch.device = "cpu", what: str = "检查点",
+                     refusal: str | None = None) -> LoadedCheckpoint | None:
+    """Every rank: the checkpoint rank 0 chose (``found`` on rank 0, None elsewhere), loaded from the same file
+    of ``directory``; checked to be the same step everywhere (``RanksDisagree`` names ``what`` otherwise).
+
+    ``refusal`` (rank 0's): every rank raises it as ``Refused``. In a plain run: ``found`` itself.
+    """
+    name, refusal = broadcast((found.path.name if found else None, refusal))
+    if refusal:
+        raise Refused(refusal)
+    problem, path = None, Path(directory) / str(name)
+    if name is not None and not world.is_main:
+        try:
+            found = LoadedCheckpoint(path, load_verified(path, map_location=map_location))
+        except CorruptCheckpointError as exc:
+            problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
+    same_on_all_ranks(problem or (name, found.state["step"] if found else 0), what)
+    return found
+
+
 def _free_name(folder: Path, name: str) -> Path:
     """``folder/name``, or ``folder/<stem>.<n><suffix>`` if taken (folder created if needed)."""
     folder.mkdir(exist_ok=True)
@@ -258,7 +295,8 @@ def _unwrapped(model: nn.Module) -> nn.Module:
 def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, step: int,
                    batch_in_epoch: int = 0, scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
                    ema: Any = None, config: dict | None = None, extra: dict | None = None,
-                   rng_states: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   rng_states: list[dict[str, Any]] | None = None,
+                   parts: Mapping[str, Stateful] | None = None) -> dict[str, Any]:
     """Everything needed to continue exactly: the chapter's five elements and the rest.
 
     Several processes: pass ``rng_states``, every rank's RNG state with rank r's at index r
@@ -266,6 +304,7 @@ def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch:
     them all (``"rng_ranks"``). Without it: this process's state, as rank 0 of 1. ``"world_size"``
     records how many processes wrote the checkpoint (absent in older ones: 1).
     A DDP-wrapped ``model`` is saved unwrapped (no ``module.`` prefixes: loads with or without DDP).
+    ``parts``: name -> a ``Stateful`` object; each one's ``state_dict()`` goes under ``"parts"``.
     """
     rng_states = rng_states or [rng_state()]
     state = {
@@ -284,7 +323,15 @@ def training_state(*, model: nn.Module, optimizer: torch.optim.Optimizer, epoch:
     }
     if len(rng_states) > 1:
         state["rng_ranks"] = rng_states
+    if parts:
+        state["parts"] = {name: part.state_dict() for name, part in parts.items()}
     return state
+
+
+def saved_parts(state: dict[str, Any]) -> dict[str, Any]:
+    """name -> the saved ``state_dict`` of each part of a checkpoint; one written before the registry kept them
+    under ``"extra"`` (the professional script's ``"monitor"`` and ``"rollback"``, in the same layout)."""
+    return state["parts"] if "parts" in state else state.get("extra") or {}
 
 
 def check_model_compatible(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
@@ -301,8 +348,12 @@ def check_model_compatible(model: nn.Module, saved: dict[str, torch.Tensor]) -> 
 
 def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer: torch.optim.Optimizer,
                            scheduler: Any = None, scaler: torch.amp.GradScaler | None = None,
-                           ema: Any = None, restore_rng: bool = True, rank: int = 0) -> dict[str, Any]:
+                           ema: Any = None, restore_rng: bool = True, rank: int = 0,
+                           parts: Mapping[str, Stateful] | None = None) -> dict[str, Any]:
     """Load ``training_state`` output back into live objects; return epoch/step/position/extra.
+
+    ``parts``: each one the checkpoint holds gets its state back (``saved_parts``); one it does not
+    hold (a checkpoint older than the part) is left as it is.
 
     Restore order matters: RNG state last, after everything that might draw from it.
     Several processes: each rank passes its ``rank`` and gets its own RNG state back. A rank the
@@ -324,6 +375,10 @@ def restore_training_state(state: dict[str, Any], *, model: nn.Module, optimizer
         if state.get("ema") is None:
             raise ValueError("检查点里没有 EMA 权重,但当前配置启用了 EMA")
         ema.load_state_dict(state["ema"])
+    saved = saved_parts(state)
+    for name, part in (parts or {}).items():
+        if name in saved:
+            part.load_state_dict(saved[name])
     rng_states = state.get("rng_ranks") or [state["rng"]]
     if restore_rng:
         if not 0 <= rank < len(rng_states):

@@ -9,7 +9,11 @@ Chinese line and exit code 2, argparse's convention for a usage error::
 
     train_cifar_pro.py: 参数错误: --lr 'nan': 应为 > 0 的有限数
 
-This module imports only the standard library, so ``parse_args`` can run before torch.
+This module imports only the standard library (and the course's stdlib-only ``runfolder``,
+``distributed`` and ``signals``), so ``parse_args`` can run before torch. So can ``start_run``:
+everything else that may refuse a run of a run-folder script (``--out``, ``--resume``,
+``--overwrite``, ``--allow-change``): torchrun's environment, the folder's lock, and on ``--resume``
+the run's identity (``runfolder.config_changes``). A refusal is one line too (``refuse``), exit 2.
 
 Pitfalls handled:
 - ``float("nan")`` and ``float("inf")`` parse fine, and ``nan > 0`` is simply False:
@@ -38,10 +42,14 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Any, Callable, Iterable, NamedTuple, NoReturn
+
+from course_utils.distributed import World
+from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, holds_run
+from course_utils.signals import StopSignal
 
 __all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "run_folder",
-           "device_spec", "unchecked_options"]
+           "device_spec", "unchecked_options", "refuse", "Started", "start_run"]
 
 
 USAGE_ERROR = 2  # argparse's exit status for a bad command line
@@ -183,3 +191,48 @@ def unchecked_options(parser: argparse.ArgumentParser) -> list[str]:
         if action.choices is None and not hasattr(action.type, "validates"):
             unchecked.append(action.option_strings[-1])
     return unchecked
+
+
+def refuse(exc: Exception) -> int:
+    """Print ``prog: 拒绝运行: exc`` on one line to stderr; the exit status 2 (``ExitCode.REFUSED``: nothing changed)."""
+    print(f"{Path(sys.argv[0]).name}: 拒绝运行: {exc}", file=sys.stderr)
+    return ExitCode.REFUSED
+
+
+class Started(NamedTuple):
+    """What ``start_run`` hands to the training: ``run``, ``saved`` and ``changes`` are None/None/{} off rank 0."""
+
+    args: argparse.Namespace
+    stop: StopSignal  # installed in a plain run; under torchrun the script installs it once the group is up
+    run: RunFolder | None  # the claimed folder (rank 0)
+    saved: dict[str, Any] | None  # the saved config.json the command line was checked against (--resume)
+    changes: dict[str, tuple[Any, Any]]  # the allowed changes (--allow-change), {field: (old, new)}
+    world: World  # this process's place in the job
+
+
+def start_run(args: argparse.Namespace, *, free: Iterable[str], changeable: Iterable[str],
+              defaults: dict[str, Any]) -> Started:
+    """All that can refuse a run, in milliseconds and before torch: torchrun's environment, the lock of
+    ``args.out``, and on ``--resume`` the run's identity (``free``/``changeable``/``defaults``: see
+    ``runfolder.config_changes``). Exits with status 2 and one line when the run cannot start as asked.
+
+    Under torchrun only rank 0 claims the folder (the others get None); its refusal stops the job.
+    """
+    try:
+        world = World.from_env()  # torchrun's RANK, WORLD_SIZE...; rank 0 of 1 in a plain run
+    except ValueError as exc:
+        sys.exit(refuse(Refused(str(exc))))
+    stop = StopSignal()
+    if not world.launched:  # from here on SIGTERM/Ctrl-C ask for a clean stop, start-up included
+        stop.install()      # (under torchrun once the process group is up)
+    if not world.is_main:
+        return Started(args, stop, None, None, {}, world)
+    try:
+        run = RunFolder.claim(args.out, resume=args.resume, overwrite=args.overwrite)
+        saved = run.saved_config() if args.resume and holds_run(args.out) else None
+        changes = {} if saved is None else config_changes(
+            saved["hparams"], vars(args), free=free, changeable=changeable, allowed=args.allow_change or (),
+            defaults=defaults)
+    except Refused as exc:
+        sys.exit(refuse(exc))
+    return Started(args, stop, run, saved, changes, world)

@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING, Any, Mapping, NoReturn
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LAUNCH_VARIABLES", "World", "RanksDisagree", "backend_for", "setup", "teardown", "leave", "any_rank",
-           "from_main", "average", "broadcast", "gather", "same_on_all_ranks", "gather_rng_states", "rank_seed",
-           "seed_rank"]
+__all__ = ["LAUNCH_VARIABLES", "World", "RanksDisagree", "backend_for", "rank_device", "setup", "teardown", "leave",
+           "any_rank", "from_main", "average", "broadcast", "gather", "same_on_all_ranks", "gather_rng_states",
+           "rank_seed", "seed_rank"]
 
 
 # What torchrun (or any launcher using the env:// rendezvous) sets for every process it starts.
@@ -123,6 +123,31 @@ def backend_for(device: "torch.device | str") -> str:
     """
     kind = getattr(device, "type", str(device).split(":")[0])
     return "nccl" if kind == "cuda" else "gloo"
+
+
+def rank_device(spec: str, world: World) -> "torch.device":
+    """``--device`` for this process: under torchrun each process takes the GPU ``LOCAL_RANK`` names.
+
+    ``Refused`` (one line) for a device this machine or this launch cannot use.
+    """
+    import torch
+
+    from course_utils.env import pick_device
+    from course_utils.runfolder import Refused
+    try:
+        device = pick_device(spec)
+    except RuntimeError as exc:
+        raise Refused(f"--device {spec}: {exc}") from None
+    if world.launched and device.type == "mps":
+        raise Refused("多进程训练需要 CUDA(NCCL)或 CPU(gloo);MPS 不支持,请用 --device cpu")
+    if world.launched and device.type == "cuda":  # an explicit index only with one process per machine
+        if device.index is not None and world.local_size > 1:
+            raise Refused(f"--device {spec}: torchrun 下每个进程用 cuda:LOCAL_RANK;请用 --device cuda 或 auto")
+        device = torch.device("cuda", world.local_rank if device.index is None else device.index)
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise Refused(f"--device {spec}: 这台机器只有 {torch.cuda.device_count()} 个 CUDA GPU"
+                      + (f",--nproc-per-node {world.local_size} 太多" if world.local_size > 1 else ""))
+    return device
 
 
 def setup(world: World, device: "torch.device") -> None:

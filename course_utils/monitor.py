@@ -4,7 +4,10 @@ What: ``Monitor.log_step`` takes, per optimizer step, the loss, the pre-clip gra
 whether clipping fired, the lr and the batch size; it adds the smoothed loss, samples/s and
 peak memory, runs the spike alarms (``course_utils.alerts``) and writes one record per step
 to its sinks (``course_utils.sinks``: JSONL always, TensorBoard, wandb, a tqdm bar).
-``log_eval`` writes an eval record (``"split": "val"``). ``read_metrics`` reads the file back.
+``log_eval`` writes an eval record (``"split": "val"``), ``event`` a line of ``"split": "event"``
+(a rollback, say) to ``metrics.jsonl`` only. With ``set_mfu(flops_per_sample, peak)`` every timed
+train record also carries ``mfu``: model FLOPs per sample × samples/s ÷ the peak (08 §7).
+``read_metrics`` reads the file back. The files are the run folder's (``runfolder.RunFiles``).
 
 Why: a run on a remote machine is seen only through its records, and must raise its own
 alarm: a loss spike or a grad-norm surge prints a loud line (and a wandb alert), and a bad
@@ -45,12 +48,13 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
 
 from course_utils.alerts import RecentSteps, SpikeDetector
+from course_utils.estimate import mfu
+from course_utils.runfolder import RunFiles
 from course_utils.sinks import JsonlSink, ProgressSink, TensorBoardSink, WandbSink, read_metrics
 
 # read_metrics lives beside the writer (sinks); it is named here too because every reader of a run
@@ -81,11 +85,12 @@ class Monitor:
     ``ProgressSink`` when ``progress`` is on.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, loggers: Iterable[str] = ("jsonl",), *, flush_every: int = 20,
+    def __init__(self, out_dir: str | os.PathLike | RunFiles, loggers: Iterable[str] = ("jsonl",), *, flush_every: int = 20,
                  smoothing: float = 0.98, device: torch.device | str = "cpu", total_steps: int | None = None,
                  resume_step: int | None = None, config: dict | None = None, progress: bool = True,
                  project: str = "course-0.4", trouble_window: int = 50) -> None:
-        self.out = Path(out_dir)
+        files = RunFiles.of(out_dir)
+        self.out = files.root
         self.out.mkdir(parents=True, exist_ok=True)
         self.loggers = tuple(dict.fromkeys(["jsonl", *loggers]))
         unknown = [name for name in self.loggers if name not in LOGGERS]
@@ -102,16 +107,26 @@ class Monitor:
         self._window_start: float | None = None
         self._window_samples = 0
         self._paused = 0.0
-        self.path = self.out / "metrics.jsonl"
-        self.sinks: list[Any] = [JsonlSink(self.path, resume_step)]
+        self.flops_per_sample, self.peak_flops = 0.0, None  # set_mfu
+        self.path = files.metrics
+        self._jsonl = JsonlSink(self.path, resume_step)
+        self.sinks: list[Any] = [self._jsonl]
         if "tensorboard" in self.loggers:
-            self.sinks.append(TensorBoardSink(self.out, resume_step))
-        self._wandb = WandbSink(self.out, project, config or {}) if "wandb" in self.loggers else None
+            self.sinks.append(TensorBoardSink(files, resume_step))
+        self._wandb = WandbSink(files, project, config or {}) if "wandb" in self.loggers else None
         if self._wandb is not None:
             self.sinks.append(self._wandb)
         self._progress = ProgressSink(total_steps, resume_step) if progress else None
         if self._progress is not None:
             self.sinks.append(self._progress)
+
+    def set_mfu(self, flops_per_sample: float, peak_flops: float | None) -> None:
+        """Log ``mfu`` in every timed train record from now on (``peak_flops`` None: no mfu).
+
+        ``flops_per_sample``: forward + backward FLOPs of one sample; ``peak_flops``: FLOP/s of every
+        process together (the datasheet's dense number on a GPU; 08 §7 measures it on a CPU).
+        """
+        self.flops_per_sample, self.peak_flops = flops_per_sample, peak_flops
 
     def log_step(self, step: int, epoch: int, loss: torch.Tensor, grad_norm: torch.Tensor,
                  clipped: torch.Tensor | bool, lr: float, batch_size: int, skipped: bool = False) -> None:
@@ -146,6 +161,8 @@ class Monitor:
             record = {"split": "train", "step": step, "epoch": epoch, "loss": loss, "loss_smooth": self.smooth,
                       "grad_norm": gnorm, "clipped": bool(clipped), "lr": lr, "samples_per_sec": sps,
                       "mem_peak_mb": mem, "skipped": skipped}
+            if sps and self.peak_flops:
+                record["mfu"] = mfu(sps * self.flops_per_sample, self.peak_flops)
             if self.loss_alarm.update(loss):
                 self.trouble.add(step)
                 self.alert("loss spike", f"step {step}: loss {loss:.4g},近期中位数 {_median(self.loss_alarm.history)}", step)
@@ -173,6 +190,12 @@ class Monitor:
         self._write(record)
         self._flush_sinks()
         return record
+
+    def event(self, record: dict[str, Any]) -> None:
+        """An event line (``"split": "event"``) in ``metrics.jsonl`` only, after every step record before it."""
+        self.flush()
+        self._jsonl.write(record)
+        self._jsonl.flush()
 
     def alert(self, title: str, text: str, step: int | None = None) -> None:
         """A loud console line, remembered in ``alerts``, and a wandb alert when wandb is on."""

@@ -11,7 +11,8 @@ Pitfalls this module handles:
   (deterministic) algorithm in each run, so bitwise repeats need it off too.
   ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call.
 - ``config.json`` is the run's identity: ``dump_run_config`` writes it atomically and durably
-  (``course_utils.durable``), so a start killed mid-write leaves the old file or the whole new one.
+  (``runfolder.write_config``, its only writer), so a start killed mid-write leaves the old file
+  or the whole new one.
 
 Example::
 
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils.durable import atomic_write_json
+from course_utils.runfolder import RunFiles, write_config
 
 __all__ = ["set_seed", "set_deterministic", "rng_state", "set_rng_state", "git_commit", "run_config",
            "dump_run_config"]
@@ -124,11 +125,12 @@ def run_config(hparams: dict[str, Any], device: torch.device | str | None = None
     }
 
 
-def dump_run_config(out_dir: str | os.PathLike, hparams: dict[str, Any], device: torch.device | str | None = None,
-                    repo: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Write ``run_config(...)`` to ``out_dir/config.json`` (``durable.atomic_write_json``) and return it."""
+def dump_run_config(out_dir: str | os.PathLike | RunFiles, hparams: dict[str, Any],
+                    device: torch.device | str | None = None, repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Write ``run_config(...)`` to the run folder's ``config.json`` (``runfolder.write_config``) and return it.
+
+    ``out_dir``: the folder, or its ``runfolder.RunFiles`` map (``RunFolder.files``).
+    """
     config = run_config(hparams, device, repo)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", config)
+    write_config(out_dir, config)
     return config

@@ -19,6 +19,14 @@ run folder) and part of the checkpointed state (``state_dict`` / ``load_state_di
 killed after a rollback and resumed must skip the same batches, and every rank computes the same
 skip set from the same inputs (nothing here depends on the rank or on an RNG).
 
+The move itself: ``Rollback`` is ``--on-spike rollback`` as one part of a run. It holds the
+policy (``--skip-batches``, ``--rollback-lr-factor``, ``--max-rollbacks``) and the ``SkipSet``, is a
+checkpoint part (``state_dict`` / ``load_state_dict``), and a training loop meets it twice: it asks
+``position(step)`` for the global batch the next step trains (the ``step``-th position no rollback
+skipped: a run goes back only to a checkpoint saved after every earlier rollback, so that is the
+batch order of every trajectory), and on the bad-step alarm calls ``recover``, which reloads the
+healthy checkpoint through the run's own ``load``/``go_back``/``save`` and writes the records.
+
 Example::
 
     skips = SkipSet(n=len(train), batch_size=128, seed=0)
@@ -38,14 +46,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 from course_utils.data import batches_per_epoch, epoch_order, rank_share
+from course_utils.durable import atomic_write_text
+from course_utils.runfolder import SKIPPED_FILE, RunFolder
+from course_utils.sinks import read_metrics
 
-__all__ = ["RollbackRecord", "SkipSet", "SKIPPED_FILE"]
+__all__ = ["RollbackRecord", "SkipSet", "Rollback", "SKIPPED_FILE"]
 
-SKIPPED_FILE = "skipped_batches.json"  # the run folder's file with every skipped batch and its samples
 
 
 @dataclass(frozen=True)
@@ -190,3 +201,109 @@ class SkipSet:
         return isinstance(other, SkipSet) and self.state_dict() == other.state_dict()
 
     __hash__ = None  # mutable
+
+
+class Rollback:
+    """``--on-spike rollback``: back to the healthy checkpoint, the batches from it to the bad one skipped.
+
+    ``enabled`` False (``--on-spike stop``): ``recover`` always declines and nothing is ever skipped.
+    ``run``: rank 0's claimed folder, where the records go (``status.json``'s history through
+    ``RunFolder.history``, ``SKIPPED_FILE``, and ``attach``'s monitor's ``metrics.jsonl``); None
+    on the other ranks, which compute the same skips from the same inputs and write nothing.
+    Pitfall: a checkpoint's part is loaded into a live object; the healthy checkpoint a rollback
+    reloads holds fewer records than this one, and ``load_state_dict`` then keeps the newer ones.
+    """
+
+    def __init__(self, skips: SkipSet, *, enabled: bool, skip_batches: int = 0, lr_factor: float = 1.0,
+                 max_rollbacks: int = 3, run: RunFolder | None = None) -> None:
+        self.skips, self.enabled, self.run = skips, enabled, run
+        self.skip_batches, self.lr_factor, self.max_rollbacks = skip_batches, lr_factor, max_rollbacks
+        self.monitor: Any = None  # rank 0's, from attach
+        self._pending: RollbackRecord | None = None  # the rollback under way: its records wait for its checkpoint
+
+    def position(self, step: int) -> int:
+        """The global batch position that the step after ``step`` trains: the ``step``-th (from 0) not skipped."""
+        position = step
+        for first, last in _merged((r.first_position, r.last_position) for r in self.skips.records):
+            if first > position:
+                break
+            position += last - first + 1
+        return position
+
+    def lr_scale(self) -> float:
+        """What the run's lr is multiplied by after its rollbacks."""
+        return self.skips.lr_scale()
+
+    def recover(self, step: int, *, load: Callable[[], Any], go_back: Callable[[Any], None],
+                save: Callable[[], None]) -> bool:
+        """The alarm fired at ``step`` (every rank at once): roll back, or say False (stop as ``--on-spike stop``).
+
+        ``load()``: the healthy checkpoint on every rank (a ``LoadedCheckpoint``), None if there is none yet;
+        ``go_back(found)``: the run restored from it, every part included (this one keeps its new record);
+        ``save()``: a checkpoint of the restored step with the new skips, before the records are written.
+        A kill before that save resumes before the spike and replays the same steps to the same rollback;
+        a kill after it only misses records, which the resume writes (``attach``).
+        """
+        if not self.enabled or len(self.skips.records) >= self.max_rollbacks:
+            return False
+        started = time.perf_counter()
+        found = load()
+        if found is None:
+            return False
+        restored = found.state["step"]
+        self._pending = self.skips.plan(bad_step=step, bad_position=self.position(step - 1), restored_step=restored,
+                                        restored_position=self.position(restored), skip_batches=self.skip_batches,
+                                        lr_factor=self.lr_factor)
+        self._sync_history()
+        go_back(found)
+        save()
+        record, self._pending = self._pending, None
+        if self.run is not None:
+            self._publish(seconds=time.perf_counter() - started)
+            self.monitor.alert("rolled back", f"step {record.bad_step}: 坏步太多,第 {record.number}/{self.max_rollbacks} "
+                               f"次回滚到 step {record.restored_step}(last_good.pt),跳过全局 batch "
+                               f"{record.first_position}–{record.last_position}(共 {len(record.positions())} 个,"
+                               f"见 {SKIPPED_FILE}),lr ×{self.lr_scale():g}", record.bad_step)
+        return True
+
+    def attach(self, monitor: Any) -> None:
+        """Rank 0: the records go to this monitor from now on; a resume writes what a kill left unwritten."""
+        self.monitor = monitor
+        if self._pending is None and self.skips.records:
+            self._publish()
+
+    def _publish(self, seconds: float | None = None) -> None:
+        """A ``rollback`` event per rollback not yet in metrics.jsonl (``seconds``: how long the newest took),
+        and ``SKIPPED_FILE``."""
+        written = {r.get("number") for r in read_metrics(self.monitor.path) if r.get("event") == "rollback"}
+        for record in self.skips.records:
+            if record.number not in written:
+                last = record is self.skips.records[-1] and seconds is not None
+                self.monitor.event({**record.event(), **({"seconds": round(seconds, 4)} if last else {})})
+        atomic_write_text(self.run.files.skipped, self.skips.skipped_json())
+
+    def _sync_history(self) -> None:
+        if self.run is not None:
+            self.run.history = [r.history_entry() for r in self.skips.records]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The skip set (checkpoints before the registry also held the data position, now derived)."""
+        return {"skips": self.skips.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = list(self.skips.records)
+        self.skips.load_state_dict(state["skips"])  # checks that the data order is this run's
+        if mine[:len(self.skips.records)] == self.skips.records:  # this process rolled back past that checkpoint
+            self.skips.records = mine
+        self._sync_history()
+
+
+def _merged(intervals) -> list[tuple[int, int]]:
+    """Inclusive intervals, sorted and merged where they overlap or touch."""
+    merged: list[list[int]] = []
+    for first, last in sorted(intervals):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return [tuple(m) for m in merged]

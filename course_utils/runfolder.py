@@ -2,6 +2,10 @@
 
 A run folder (``--out``) holds exactly one training run: ``config.json`` (what the run
 is), ``metrics.jsonl``, ``checkpoints/``, ``status.json`` (how it ended) and ``run.lock``.
+``RunFiles`` is the folder's file map, the one place that names those files (and the rest:
+the skipped batches, the sample ledger, TensorBoard's folder); every writer takes its path from
+it, and ``RunFolder.claim`` hands out the map with the lock. Ranks above 0 of a torchrun job
+claim nothing: ``RunFiles.read_only(out)`` gives them the same map, to read checkpoints.
 What goes wrong without the rules below is what people actually do:
 
 - two runs started with the same ``--out`` both train and interleave their files.
@@ -22,7 +26,9 @@ What goes wrong without the rules below is what people actually do:
   single-process exit status that matches it;
 - a process killed while writing leaves a hidden temp file (``.<name>.tmp-<pid>``, see
   ``course_utils.durable``); ``remove_leftovers`` deletes them once the folder is claimed.
-  ``status.json`` and ``config.json`` are written with ``durable.atomic_write_json``.
+  ``status.json`` and ``config.json`` are written with ``durable.atomic_write_json``, each by one
+  function: ``RunFolder.write_status`` and ``write_config`` (``repro.dump_run_config`` and
+  ``RunFolder.record_changes`` call it).
 
 Only the standard library is imported here (and ``durable``, which imports only it): a script
 can claim its folder and check its config in milliseconds, before it imports torch. Under torchrun only rank 0 claims the
@@ -32,7 +38,7 @@ tells a process its rank before torch is imported); the other ranks write nothin
 Example::
 
     with RunFolder.claim(out, resume=args.resume, overwrite=args.overwrite) as run:
-        run.remove_leftovers()
+        run.remove_leftovers()              # run.files.metrics, run.files.checkpoints ...: the paths
         saved = run.saved_config()
         if args.resume and saved:
             changes = config_changes(saved["hparams"], vars(args), free=FREE, changeable={"lr"},
@@ -52,13 +58,15 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Iterable
 
 from course_utils.durable import TEMP_FILE, atomic_write_json
 
-__all__ = ["ExitCode", "STATES", "Refused", "RunFolder", "read_status", "holds_run", "config_changes"]
+__all__ = ["ExitCode", "STATES", "SKIPPED_FILE", "Refused", "RunFiles", "RunFolder", "read_status", "holds_run", "config_changes",
+           "write_config"]
 
 
 class ExitCode(IntEnum):
@@ -75,7 +83,45 @@ class ExitCode(IntEnum):
 STATES = {ExitCode.FINISHED: "finished", ExitCode.FAILED: "failed", ExitCode.BAD_STEPS: "stopped_bad_steps",
           ExitCode.PREEMPTED: "preempted"}
 
-LOCK, STATUS, CONFIG = "run.lock", "status.json", "config.json"
+SKIPPED_FILE = "skipped_batches.json"  # every rollback and the samples of every batch it skipped (course_utils.rollback)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where each file of a run folder lives: the only place their names are written down.
+
+    ``writable`` is False in the view of a rank above 0 (``read_only``): it reads checkpoints and
+    writes nothing (the script's writers take a ``RunFiles`` only on rank 0).
+    """
+
+    root: Path
+    writable: bool = True
+
+    @classmethod
+    def of(cls, folder: "str | os.PathLike | RunFiles") -> "RunFiles":
+        """The map of ``folder`` (a path, or already a map)."""
+        return folder if isinstance(folder, RunFiles) else cls(Path(folder))
+
+    @classmethod
+    def read_only(cls, folder: str | os.PathLike) -> "RunFiles":
+        return cls(Path(folder), writable=False)
+
+    lock = property(lambda self: self.root / "run.lock", doc="the lock (``fcntl.lockf``) and its holder's pid")
+    status = property(lambda self: self.root / "status.json", doc="how the run ended (``RunFolder.write_status``)")
+    config = property(lambda self: self.root / "config.json", doc="the run's identity (``write_config``)")
+    metrics = property(lambda self: self.root / "metrics.jsonl", doc="one record per step (``sinks.JsonlSink``)")
+    checkpoints = property(lambda self: self.root / "checkpoints", doc="``CheckpointManager``'s folder")
+    skipped = property(lambda self: self.root / SKIPPED_FILE, doc="what the rollbacks skipped")
+    ledger = property(lambda self: self.root / "sample_ledger.jsonl", doc="tests: the samples of every step")
+    tensorboard = property(lambda self: self.root / "tensorboard", doc="``sinks.TensorBoardSink``'s events")
+    wandb_id = property(lambda self: self.root / "wandb_run_id.txt", doc="the wandb run a resume continues")
+
+
+def write_config(folder: "str | os.PathLike | RunFiles", config: dict[str, Any]) -> None:
+    """Write ``config.json`` atomically and durably: its only writer (the folder is created if needed)."""
+    files = RunFiles.of(folder)
+    files.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(files.config, config)
 
 
 class Refused(Exception):
@@ -92,9 +138,8 @@ def holds_run(folder: str | os.PathLike) -> bool:
     A start that failed before its first step (bad data, a typo caught late) leaves only
     ``config.json``/``status.json``; that is not a run worth protecting.
     """
-    folder = Path(folder)
-    metrics = folder / "metrics.jsonl"
-    return (metrics.is_file() and metrics.stat().st_size > 0) or any((folder / "checkpoints").glob("*.pt"))
+    files = RunFiles.of(folder)
+    return (files.metrics.is_file() and files.metrics.stat().st_size > 0) or any(files.checkpoints.glob("*.pt"))
 
 
 def _try_lock(path: Path) -> int | None:
@@ -111,7 +156,7 @@ def _try_lock(path: Path) -> int | None:
 
 def _holder(folder: Path) -> str:
     try:
-        return (folder / LOCK).read_text().strip() or "pid 未知"
+        return RunFiles(folder).lock.read_text().strip() or "pid 未知"
     except OSError:
         return "pid 未知"
 
@@ -125,6 +170,8 @@ class RunFolder:
 
     def __init__(self, path: Path, fd: int, moved_aside: Path | None = None) -> None:
         self.path, self._fd, self.moved_aside = path, fd, moved_aside
+        self.files = RunFiles(path)  # the file map: every path of the run comes from here
+        self.history: list[dict[str, Any]] = []  # status.json's "history" (a rollback's entries), in every write
 
     @classmethod
     def claim(cls, path: str | os.PathLike, *, resume: bool, overwrite: bool = False) -> "RunFolder":
@@ -137,7 +184,7 @@ class RunFolder:
         path = Path(path)
         try:
             path.mkdir(parents=True, exist_ok=True)
-            fd = _try_lock(path / LOCK)
+            fd = _try_lock(RunFiles(path).lock)
         except OSError as exc:
             raise Refused(f"无法在 {path} 建立运行目录: {exc.strerror or exc}") from None
         if fd is None:
@@ -159,7 +206,7 @@ class RunFolder:
         try:
             os.rename(path, aside)
             path.mkdir()
-            fresh = _try_lock(path / LOCK)
+            fresh = _try_lock(RunFiles(path).lock)
         except OSError as exc:
             folder.release()
             raise Refused(f"--overwrite: 无法把旧运行移到 {aside}: {exc.strerror or exc}") from None
@@ -197,17 +244,18 @@ class RunFolder:
     # ---------------------------------------------------------------- status
     def write_status(self, state: str, step: int, *, exit_code: int | None = None, message: str = "",
                      **extra: Any) -> None:
-        """Write ``status.json`` atomically: ``state`` is "running" or one of ``STATES``' values."""
+        """Write ``status.json`` atomically: ``state`` is "running" or one of ``STATES``' values; ``history``
+        (when not empty) too."""
         if state != "running" and state not in STATES.values():
             raise ValueError(f"未知的状态 {state!r}")
-        atomic_write_json(self.path / STATUS, {"state": state, "step": step, "exit_code": exit_code, "message": message,
+        atomic_write_json(self.files.status, {"state": state, "step": step, "exit_code": exit_code, "message": message,
                                          "pid": os.getpid(), "host": socket.gethostname(), "updated_at": _now(),
-                                         **extra})
+                                         **extra, **({"history": self.history} if self.history else {})})
 
     # ---------------------------------------------------------------- identity
     def saved_config(self) -> dict[str, Any] | None:
         """``config.json`` as a dict, None if there is none; ``Refused`` if it cannot be read."""
-        path = self.path / CONFIG
+        path = self.files.config
         if not path.exists():
             return None
         try:
@@ -225,7 +273,7 @@ class RunFolder:
         if changes:
             entry = {"step": step, "changes": {k: [old, new] for k, (old, new) in changes.items()}, "at": _now()}
             config["history"] = [*config.get("history", []), entry]
-        atomic_write_json(self.path / CONFIG, config)
+        write_config(self.files, config)
         return config
 
 
@@ -236,14 +284,14 @@ def read_status(folder: str | os.PathLike, check_alive: bool = True) -> dict[str
     "running" status with ``alive`` False means the run was killed (SIGKILL, OOM, power).
     Do not call this with ``check_alive`` in the process that holds the lock (see ``RunFolder``).
     """
-    folder = Path(folder)
+    files = RunFiles.of(folder)
     try:
-        status = json.loads((folder / STATUS).read_text(encoding="utf-8"))
+        status = json.loads(files.status.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if check_alive:
-        fd = _try_lock(folder / LOCK) if (folder / LOCK).exists() else None
-        status["alive"] = (folder / LOCK).exists() and fd is None
+        fd = _try_lock(files.lock) if files.lock.exists() else None
+        status["alive"] = files.lock.exists() and fd is None
         if fd is not None:
             os.close(fd)
     return status

@@ -10,6 +10,9 @@ Example::
     for step in range(total):
         ...; opt.step(); sched.step()
 
+``set_base_lr`` gives a restored schedule a new base lr (``--resume --lr``, the professional
+script's rollback factor).
+
 Taught in ``06_monitoring`` §2 (the warm-up bug).
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 
 import torch
 
-__all__ = ["warmup_cosine", "lr_at", "make_scheduler"]
+__all__ = ["warmup_cosine", "lr_at", "make_scheduler", "set_base_lr"]
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.1) -> float:
@@ -39,3 +42,16 @@ def make_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_st
     """A ``LambdaLR`` following ``warmup_cosine``; call ``.step()`` after every ``optimizer.step()``."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: warmup_cosine(s, warmup_steps, total_steps, min_ratio))
+
+
+def set_base_lr(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, lr: float) -> None:
+    """Make ``lr`` the base lr of a restored LambdaLR schedule, and the next step's lr follow it.
+
+    A restored optimizer carries the old lr in its param groups and the scheduler its old base lr:
+    without this, ``--resume --lr X`` would be ignored. With an unchanged lr it recomputes the
+    same value bit for bit (LambdaLR's own formula).
+    """
+    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
+    for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"] = lr
+        group["lr"] = lr * factor(scheduler.last_epoch)

@@ -15,9 +15,12 @@ killed at any moment, the folder holds the old file or the new one, both with ev
 checkpoint covers), TensorBoard purges the later events, and wandb continues the same run (its
 id is kept in the folder). A torn last line (a kill mid-append) is skipped by ``read_metrics``.
 
+Paths: each sink takes the run folder (a path or its ``runfolder.RunFiles`` map) and finds its
+file there; ``JsonlSink`` takes the file itself.
+
 Example::
 
-    sink = JsonlSink(out / "metrics.jsonl", resume_step=None)
+    sink = JsonlSink(RunFiles(out).metrics, resume_step=None)
     sink.write({"split": "train", "step": 1, "loss": 2.3})
     sink.close()
     read_metrics(out / "metrics.jsonl")   # [{'split': 'train', 'step': 1, 'loss': 2.3}]
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from course_utils.durable import atomic_write_text
+from course_utils.runfolder import RunFiles
 
 __all__ = ["read_metrics", "JsonlSink", "TensorBoardSink", "WandbSink", "ProgressSink", "wandb_mode"]
 
@@ -93,11 +97,11 @@ def _scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 class TensorBoardSink:
-    """Scalars under ``out/tensorboard``; on resume, events after the resumed step are purged."""
+    """Scalars in the run folder's ``tensorboard/``; on resume, events after the resumed step are purged."""
 
-    def __init__(self, out: Path, resume_step: int | None = None) -> None:
+    def __init__(self, out: str | os.PathLike | RunFiles, resume_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
-        self._writer = SummaryWriter(str(out / "tensorboard"),
+        self._writer = SummaryWriter(str(RunFiles.of(out).tensorboard),
                                      purge_step=None if resume_step is None else resume_step + 1)
 
     def write(self, record: dict[str, Any]) -> None:
@@ -114,8 +118,8 @@ class TensorBoardSink:
 class WandbSink:
     """A wandb run (offline without an account); the run id is kept in the folder so ``--resume`` continues it."""
 
-    def __init__(self, out: Path, project: str, config: dict) -> None:
-        self._run = _start_wandb(out, project, config)
+    def __init__(self, out: str | os.PathLike | RunFiles, project: str, config: dict) -> None:
+        self._run = _start_wandb(RunFiles.of(out), project, config)
 
     def write(self, record: dict[str, Any]) -> None:
         if self._run is not None:
@@ -173,16 +177,16 @@ def wandb_mode() -> str:
     return "online" if os.environ.get("WANDB_API_KEY") or logged_in else "offline"
 
 
-def _start_wandb(out: Path, project: str, config: dict) -> Any:
+def _start_wandb(files: RunFiles, project: str, config: dict) -> Any:
     try:
         import wandb
     except ImportError:
         print("wandb 未安装,跳过 wandb 记录(pip install wandb)")
         return None
-    id_file = out / "wandb_run_id.txt"
+    id_file = files.wandb_id
     run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]  # reused on --resume
     atomic_write_text(id_file, run_id)
     mode = wandb_mode()
-    run = wandb.init(project=project, dir=str(out), id=run_id, resume="allow", mode=mode, config=config)
+    run = wandb.init(project=project, dir=str(files.root), id=run_id, resume="allow", mode=mode, config=config)
     print(f"wandb: {mode} 模式" + (",日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
     return run

@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from course_utils.monitor import read_metrics
-from tests.pro_runs import TINY, load_script, run, train_records
+from course_utils.monitor import Monitor, read_metrics
+from tests.pro_runs import TINY, run, train_records
 from tests.pro_runs import reference  # noqa: F401 (a fixture)
 
 
@@ -27,8 +27,8 @@ def test_a_given_peak_is_used(tmp_path):
 
 
 def test_the_progress_line_shows_the_mfu(tmp_path, capsys):
-    """The tqdm line carries the mfu of the latest timed record, as metrics.jsonl has it."""
-    monitor = load_script().FlopsMonitor(tmp_path, flush_every=2, total_steps=6, progress=True)
+    """The tqdm line carries the mfu of the latest timed record, as metrics.jsonl has it (the Monitor's set_mfu)."""
+    monitor = Monitor(tmp_path, flush_every=2, total_steps=6, progress=True)
     monitor.set_mfu(1e6, 1e11)
     for step in range(1, 7):
         monitor.log_step(step, 0, torch.tensor(2.3), torch.tensor(1.0), False, 1e-3, 32)

@@ -23,39 +23,39 @@ The run folder (--out) holds one run:
                  trajectory (batch size, seed, data, model...); --lr, --epochs and --max-steps
                  change only with --allow-change FIELD, recorded in config.json's "history".
                  --batch-size is the global batch (the whole job's, however many processes).
-  status.json    how the run ended: finished / preempted / stopped_bad_steps / failed
-                 (running while it runs). The source of truth, also under launchers that
-                 fold exit codes. Exit codes of a plain run: 0 finished, 1 failed,
-                 2 refused (bad flag or folder conflict: nothing changed), 3 stopped on
-                 bad steps, 75 preempted (saved; run again with --resume). "history":
-                 the run's rollbacks (--on-spike rollback).
-  checkpoints/   the last 2 step_*.pt (--keep-last) + best.pt + last_good.pt (the newest one
-                 saved while training was healthy); the checkpoint a process resumed from is
-                 kept too until that process ends. Files a resume will not continue from go to
-                 corrupt/ or superseded/, never deleted.
+  status.json    how the run ended: finished / preempted / stopped_bad_steps / failed (running while
+                 it runs), also under launchers that fold exit codes. Exit codes of a plain run:
+                 0 finished, 1 failed, 2 refused (bad flag or folder conflict: nothing changed),
+                 3 stopped on bad steps, 75 preempted (saved; run again with --resume).
+                 "history": the run's rollbacks (--on-spike rollback).
+  checkpoints/   the last 2 step_*.pt (--keep-last) + best.pt + last_good.pt (the newest one saved
+                 while training was healthy) + the one a process resumed from, until it ends. Files
+                 a resume will not continue from go to corrupt/ or superseded/, never deleted.
   run.lock       a second run in the same folder is refused (fcntl.lockf).
-  skipped_batches.json  --on-spike rollback: every rollback and the sample indices of every global
-                 batch it skipped (course_utils.rollback.SKIPPED_FILE).
-Starting without --resume in a folder that holds a run is refused; --overwrite starts over
-and renames the old run to <out>.replaced-<time>.
+  skipped_batches.json  every rollback and the samples of every global batch it skipped.
+(course_utils.runfolder.RunFiles names every file.) Starting without --resume in a folder that holds a
+run is refused; --overwrite starts over and renames the old run to <out>.replaced-<time>.
+
+Reading order: the flags and ``start`` come first: they run before torch is imported, so a typo, a busy
+folder or a refused --resume costs milliseconds. The training: ``main`` → ``train`` → ``prepare`` /
+``resume`` → ``loop`` → ``train_step`` → ``save`` / ``finish``.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import copy
-import json
 import signal
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from course_utils.cli import Parser, device_spec, float_in, int_at_least, int_in, int_list, run_folder
+from course_utils.cli import (Parser, Started, device_spec, float_in, int_at_least, int_in, int_list, refuse,
+                              run_folder, start_run)
 from course_utils.distributed import World, leave
-from course_utils.runfolder import STATES, ExitCode, Refused, RunFolder, config_changes, holds_run, read_status
+from course_utils.runfolder import STATES, ExitCode, Refused, RunFiles, RunFolder, config_changes, read_status
 from course_utils.signals import StopSignal
 
 # On --resume, these fields may differ from the saved config: they do not change what the run computes
@@ -149,85 +149,348 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def refuse(exc: Refused) -> int:
-    print(f"{Path(sys.argv[0]).name}: 拒绝运行: {exc}", file=sys.stderr)
-    return ExitCode.REFUSED
+def start(argv: list[str] | None = None) -> Started:
+    """The flags, then all that can refuse the run (``course_utils.cli.start_run``): exit 2 and one line."""
+    return start_run(parse_args(argv), free=FREE, changeable=CHANGEABLE, defaults=vars(build_parser().parse_args([])))
 
 
-def start(argv: list[str] | None = None) -> tuple[argparse.Namespace, StopSignal, RunFolder | None, dict | None,
-                                                dict, World]:
-    """All that can refuse the run, in milliseconds: flags, the folder lock, the run's identity on --resume.
-
-    Returns (args, stop signal, claimed folder, the saved config it was checked against, allowed changes,
-    this process's place in the job); exits with status 2 and one line when the run cannot start as asked.
-    Under torchrun only rank 0 claims the folder (the others get None); its refusal stops the job.
-    """
-    args = parse_args(argv)
-    try:
-        world = World.from_env()  # torchrun's RANK, WORLD_SIZE...; rank 0 of 1 in a plain run
-    except ValueError as exc:
-        sys.exit(refuse(Refused(str(exc))))
-    stop = StopSignal()
-    if not world.launched:  # from here on SIGTERM/Ctrl-C ask for a clean stop, start-up included
-        stop.install()      # (under torchrun once the process group is up: see train)
-    if not world.is_main:
-        return args, stop, None, None, {}, world
-    try:
-        run = RunFolder.claim(args.out, resume=args.resume, overwrite=args.overwrite)
-        saved = run.saved_config() if args.resume and holds_run(args.out) else None
-        changes = {} if saved is None else config_changes(
-            saved["hparams"], vars(args), free=FREE, changeable=CHANGEABLE, allowed=args.allow_change or (),
-            defaults=vars(build_parser().parse_args([])))
-    except Refused as exc:
-        sys.exit(refuse(exc))
-    return args, stop, run, saved, changes, world
-
-
-if __name__ == "__main__":  # a typo, a busy folder or an incompatible --resume cost milliseconds, not torch's import
-    STARTED = start()
+if __name__ == "__main__":  # a typo, a busy folder or an incompatible --resume cost milliseconds, not torch's import:
+    STARTED = start()  # so torch and the helpers that need it are imported only here, below
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from course_tools.probes import Hooks, Probes  # noqa: E402  (the hidden flags of tests and demos)
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
-from course_utils.checkpoint import (CheckpointManager, CorruptCheckpointError, LoadedCheckpoint,  # noqa: E402
-                                     load_verified, restore_training_state, training_state)
+from course_utils.checkpoint import (CheckpointManager, LoadedCheckpoint, restore_training_state,  # noqa: E402
+                                     share_checkpoint, training_state)
 from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
                                take_fraction)
-from course_utils.durable import atomic_write_text  # noqa: E402
-from course_utils.distributed import (RanksDisagree, any_rank, average, backend_for, broadcast,  # noqa: E402
-                                      from_main, gather, gather_rng_states, same_on_all_ranks, seed_rank, setup,
+from course_utils.distributed import (RanksDisagree, any_rank, average, backend_for, from_main,  # noqa: E402
+                                      gather, gather_rng_states, rank_device, same_on_all_ranks, seed_rank, setup,
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
-from course_utils.env import pick_device  # noqa: E402
-from course_utils.estimate import matmul_peak_flops, mfu, training_flops  # noqa: E402
+from course_utils.estimate import matmul_peak_flops, training_flops  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
-from course_utils.monitor import Monitor, read_metrics  # noqa: E402
+from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
-from course_utils.rollback import SKIPPED_FILE, SkipSet  # noqa: E402
-from course_utils.schedule import make_scheduler  # noqa: E402
-from course_utils.sinks import JsonlSink  # noqa: E402
+from course_utils.rollback import Rollback, SkipSet  # noqa: E402
+from course_utils.schedule import make_scheduler, set_base_lr  # noqa: E402
 
 
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Iterable, device: torch.device, dtype) -> tuple[float, float]:
-    """(accuracy, mean loss) over ``batches``; restores the model's train/eval mode."""
-    was_training = model.training
-    model.eval()
-    correct = total = 0
-    loss_sum = 0.0
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast(device, dtype):
-            logits = model(x)
-        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
-        total += len(y)
-    model.train(was_training)
-    return correct / total, loss_sum / total
+def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
+         world: World) -> int:
+    """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode."""
+    with run if run is not None else contextlib.nullcontext():
+        if run is not None and run.moved_aside:
+            print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
+        files = run.files if run is not None else RunFiles.read_only(args.out)  # ranks > 0 only read checkpoints
+        try:
+            return train(args, stop, run, files, saved, changes, world, Probes.from_args(args, world, files))
+        except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
+            return refuse(exc) if world.is_main else ExitCode.REFUSED
+        except (UnreadableDataError, RanksDisagree) as exc:
+            return failed(run, str(exc), world)
+        except OSError as exc:  # disk full, read-only folder, a file system gone
+            return failed(run, f"读写 {exc.filename or args.out} 失败({exc.strerror or exc})", world)
+        except KeyboardInterrupt:
+            return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存", world)
+        except Exception as exc:
+            traceback.print_exc()
+            return failed(run, f"{type(exc).__name__}: {exc}", world)
+
+
+def failed(run: RunFolder | None, message: str, world: World) -> int:
+    """Say what went wrong and what is still safe on one line; leave status.json saying "failed" (rank 0)."""
+    if run is None:  # a rank other than 0: it owns no file; torchrun stops the job, rank 0 records it
+        print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
+        return ExitCode.FAILED
+    steps = sorted(int(p.name.split("_")[1].split(".")[0]) for p in run.files.checkpoints.glob("step_*.pt.sha256"))
+    safe = f"磁盘上已有的检查点不受影响(最新: step {steps[-1]}),排除问题后用 --resume 继续" if steps else "还没有检查点"
+    print(f"失败: {message}。{safe}", file=sys.stderr)
+    try:
+        run.write_status(STATES[ExitCode.FAILED], steps[-1] if steps else 0, exit_code=int(ExitCode.FAILED),
+                         message=f"{message}。{safe}")
+    except OSError as exc:  # a full disk may refuse even this small file
+        print(f"(status.json 也无法写入: {exc.strerror})", file=sys.stderr)
+    return ExitCode.FAILED
+
+
+@dataclass
+class Training:
+    """One process's run: what ``prepare`` builds at step 0 and ``resume`` restores; the loop advances ``step``."""
+
+    args: argparse.Namespace
+    world: World
+    stop: StopSignal
+    run: RunFolder | None  # the claimed folder on rank 0; None on the other ranks
+    files: RunFiles  # the run folder's file map (a read-only view on ranks > 0)
+    device: torch.device
+    train_ds: torch.utils.data.Dataset
+    test_loader: torch.utils.data.DataLoader | None  # rank 0 evaluates on the whole test set
+    steps_per_epoch: int
+    total_steps: int
+    model: torch.nn.Module  # the unwrapped module: what rank 0 evaluates and saves (no "module." prefixes)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler
+    ema: EMA | None
+    manager: CheckpointManager | None  # ranks other than 0 write nothing: no manager, no monitor, no config
+    rollback: Rollback  # --on-spike rollback: the skipped batches and the position of every step's batch
+    parts: dict  # what every checkpoint carries besides the five elements: name -> object with a state_dict
+    ddp_model: torch.nn.Module | None = None  # what trains: the model, wrapped by DDP under torchrun
+    monitor: Monitor | None = None
+    config: dict | None = None
+    flops: tuple[float, float | None] = (0.0, None)  # rank 0: model FLOPs per sample and the peak, for the mfu
+    step: int = 0
+    position: int = 0  # the global batch position of the next batch the current loader yields
+    last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
+    loader: torch.utils.data.DataLoader | None = None  # this rank's loader of the current run of batches
+    batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
+
+
+def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles, saved: dict | None,
+          changes: dict, world: World, hooks: Hooks) -> ExitCode:
+    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish."""
+    t = prepare(args, stop, run, files, world)
+    resume(t, saved, changes)
+    hooks.attach(t.model, t.step)
+    t.model.train()
+    running(t)
+    return finish(t, loop(t, hooks))
+
+
+def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles,
+            world: World) -> Training:
+    """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
+    main = world.is_main
+    device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
+    setup(world, device)  # torchrun: join the other ranks (init_process_group); a plain run: nothing
+    if world.launched:
+        stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
+    if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
+        set_deterministic(True, warn_only=True)
+    set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see resume)
+
+    # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches;
+    # each rank trains on its share of every global batch of --batch-size
+    train_ds = take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed, quiet=not main),
+                             args.data_fraction)
+    steps_per_epoch = batches_per_epoch(len(train_ds), args.batch_size, drop_last=True)
+    if steps_per_epoch == 0:
+        raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
+    if args.batch_size < world.size:
+        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
+                      "每个进程至少要分到 1 个样本")
+    # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
+    test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
+                              num_workers=args.workers) if main else None
+    total_steps = min(args.epochs * steps_per_epoch, args.max_steps or args.epochs * steps_per_epoch)
+
+    # model, optimizer (fp32 master weights), schedule, AMP, EMA
+    model = build_model(args.model, width=args.width, dropout=args.dropout).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    amp_dtype = autocast_dtype(device, args.amp)
+    # warm-up: with decay 0.999 a short run would evaluate weights close to the random init. Rank 0 only: after
+    # each step the weights are the same on every rank, and rank 0 evaluates and saves the average
+    ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 and main else None
+    manager = None
+    if main:
+        manager = (AsyncCheckpointManager if args.async_ckpt else CheckpointManager)(
+            files.checkpoints, keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
+            every_seconds=args.ckpt_every_seconds, keep_last_good=True)
+        leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
+        if leftovers:
+            print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
+    rollback = Rollback(SkipSet(len(train_ds), args.batch_size, args.seed, drop_last=True),
+                        enabled=args.on_spike == "rollback", skip_batches=args.skip_batches,
+                        lr_factor=args.rollback_lr_factor, max_rollbacks=args.max_rollbacks, run=run)
+    return Training(args, world, stop, run, files, device, train_ds, test_loader, steps_per_epoch, total_steps,
+                    model, optimizer, make_scheduler(optimizer, args.warmup_steps, total_steps), amp_dtype,
+                    make_grad_scaler(device, amp_dtype), ema, manager, rollback, {"rollback": rollback})
+
+
+def resume(t: Training, saved: dict | None, changes: dict) -> None:
+    """Where to continue: rank 0 chooses, every rank loads that same file before DDP wraps the model; rank 0
+    records the run's identity (config.json, with the allowed changes) and starts the monitor."""
+    args, world, main = t.args, t.world, t.world.is_main
+    found, refusal = None, None
+    if args.resume and main:
+        try:
+            found = choose_checkpoint(t)
+        except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
+            refusal = str(exc)
+    found = share_checkpoint(found, t.files.checkpoints, t.world, t.device, "续训起点(检查点, step)", refusal)
+    if main:
+        identity = saved or (found.state["config"] if found else None)  # config.json's, or the checkpoint's
+        t.config = t.run.record_changes(identity, changes, found.state["step"] if found else 0) if identity \
+            else dump_run_config(t.files, vars(args), t.device, repo=Path(__file__).resolve().parent)
+        t.flops = flops_for_mfu(t)
+    saved_world = continue_from(t, found)  # how many processes wrote the checkpoint
+    if main and found:
+        tell_resume(t, found.path, changes, saved_world, found.state["config"].get("device"))
+    # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward
+    t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
+        if world.launched else t.model
+    if main:
+        print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
+              f"train={len(t.train_ds)} test={len(t.test_loader.dataset)} source={t.train_ds.source}"
+              + (f" processes={world.size} backend={backend_for(t.device)} (每个进程约 {args.batch_size // world.size}"
+                 " 个样本/步)" if world.launched else ""))
+
+
+def choose_checkpoint(t: Training) -> LoadedCheckpoint | None:
+    """Rank 0: the checkpoint to continue from (newest valid; after a stop on bad steps, the last known-good one),
+    checked to belong to this run; newer files set aside. None: start from step 0."""
+    args, manager = t.args, t.manager
+    if (read_status(t.files, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
+        found = manager.load_last_good(map_location=t.device)
+        print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
+              "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
+    else:
+        found = manager.load_latest(map_location=t.device)
+    if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
+        config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
+                       allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
+    resume_from = found.state["step"] if found else 0
+    # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
+    aside = manager.set_aside(resume_from, also_copy=(t.files.metrics,))
+    if aside:
+        print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
+              + ", ".join(str(p.relative_to(t.files.root)) for p in aside))
+    if found is None:
+        print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
+    return found
+
+
+def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
+    """Every rank: the run as checkpoint ``found`` left it (as built when None): weights, optimizer, schedule,
+    scaler, EMA, its RNG state, every part, the lr (--lr times the rollbacks' factors), the data position; rank 0's
+    monitor from that step (metrics.jsonl cut back to it). How many processes saved ``found`` (0: none)."""
+    args, world = t.args, t.world
+    if world.is_main:
+        t.monitor = t.parts["monitor"] = Monitor(
+            t.files, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device, total_steps=t.total_steps,
+            resume_step=found.state["step"] if found else None, config=t.config, progress=not args.no_progress,
+            trouble_window=args.bad_step_window)
+        t.monitor.set_mfu(*t.flops)
+    saved_world = found.state.get("world_size", 1) if found else 0
+    if found:
+        t.step = t.last_saved = restore_training_state(
+            found.state, model=t.model, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler, ema=t.ema,
+            parts=t.parts, rank=world.rank, restore_rng=world.rank < saved_world)["step"]
+        # --allow-change lr and a rollback's factor take effect; an unchanged lr: the same bits
+        set_base_lr(t.optimizer, t.scheduler, args.lr * t.rollback.lr_scale())
+    if world.rank > 0 and world.rank >= saved_world:  # its own random stream (rank 0 keeps set_seed's)
+        seed_rank(args.seed, world.rank, t.step)
+    t.position, t.batches = t.rollback.position(t.step), None
+    if world.is_main:
+        t.rollback.attach(t.monitor)  # a rollback's records go to this monitor
+    return saved_world
+
+
+def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_device: str | None) -> None:
+    """Rank 0: what changed since the checkpoint was saved, and where the run continues."""
+    if changes:
+        print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
+    if saved_device not in (None, str(t.device)):
+        print(f"注意: 检查点在 {saved_device} 上保存,现在在 {t.device} 上续训;数值不再逐位一致")
+    if saved_world != t.world.size:
+        print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
+              f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
+    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.steps_per_epoch},"
+          f"epoch 内第 {t.step % t.steps_per_epoch} 个 batch)")
+
+
+def flops_for_mfu(t: Training) -> tuple[float, float | None]:
+    """Forward + backward FLOPs of one 32×32 image, counted on a shape-only copy (no compute, no RNG, no grads),
+    and the peak of all processes together: --peak-flops, else a CPU matmul benchmark (None: no mfu)."""
+    with torch.device("meta"):
+        per_sample = training_flops(copy.deepcopy(t.model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
+    if t.args.peak_flops:
+        return per_sample, t.args.peak_flops * t.world.size
+    # 512³, best of 5: ~0.02 s on one core, within 2% of the 1024³ peak here (08 §7 measures it at full size)
+    return per_sample, matmul_peak_flops(size=512, repeats=5) * t.world.size if t.device.type == "cpu" else None
+
+
+def loop(t: Training, hooks: Hooks) -> ExitCode:
+    """One optimizer step per turn; eval and checkpoints where they fall due. FINISHED, BAD_STEPS or PREEMPTED."""
+    args, world, main = t.args, t.world, t.world.is_main
+    while t.step < t.total_steps:
+        if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
+            return ExitCode.PREEMPTED
+        epoch, x, y = next_batch(t, hooks)
+        result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
+                            ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
+                            loss_weight=len(y) * world.size / args.batch_size)
+        t.step += 1
+        hooks.after_step(t.step, t.loader, y)
+        loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
+        bad = time_to_save = False
+        if main:
+            t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
+            t.monitor.log_step(t.step, epoch, loss, result.clip.norm, result.clip.clipped, result.lr,
+                               args.batch_size, skipped=result.skipped)
+            if result.skipped and not t.scaler.is_enabled():
+                t.monitor.alert("non-finite step", f"step {t.step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", t.step)
+            bad = t.monitor.trouble.count(t.step) >= args.max_bad_steps  # a rate over a window, not only a streak
+            time_to_save = t.manager.should_save(t.step)
+        bad, time_to_save = from_main(bad, time_to_save)  # rank 0 holds the metrics and the clock
+        if bad and roll_back(t):  # --on-spike rollback: back to last_good.pt, the data skipped; the loop goes on
+            continue
+        if bad:
+            return ExitCode.BAD_STEPS
+        if t.step % t.steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
+            save(t, evaluate_now(t))
+        elif t.step == t.total_steps:  # --max-steps inside an epoch
+            evaluate_now(t)
+            save(t)
+        elif time_to_save:
+            save(t)
+    return ExitCode.FINISHED
+
+
+def next_batch(t: Training, hooks: Hooks) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(epoch, this rank's share of the next global batch): the global position ``Rollback.position`` gives.
+
+    A new loader at an epoch's start, after a skip, a resume or a rollback (``make_loader`` starts at any batch
+    of any epoch); past the last epoch the data goes on into the next, so a run that skipped still trains its steps.
+    """
+    position = t.rollback.position(t.step)
+    epoch, start_batch = divmod(position, t.steps_per_epoch)
+    if t.batches is None or position != t.position or start_batch == 0:
+        t.loader = make_loader(t.train_ds, t.args.batch_size, seed=t.args.seed, epoch=epoch, start_batch=start_batch,
+                               num_workers=t.args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
+                               rank=t.world.rank, world_size=t.world.size)  # this rank's share of each global batch
+        t.batches = t.stop.iterate(t.loader)
+    t.position = position + 1
+    return epoch, *hooks.before_step(t.step + 1, position, *next(t.batches))
+
+
+def roll_back(t: Training) -> bool:
+    """--on-spike rollback (``course_utils.rollback.Rollback.recover``) through this script's load, restore and save;
+    False: stop as --on-spike stop does (not asked for, --max-rollbacks reached, or no healthy checkpoint yet)."""
+    rolled = t.rollback.recover(t.step, load=lambda: last_good(t), go_back=lambda found: continue_from(t, found),
+                                save=lambda: save(t))
+    if rolled:
+        running(t)
+    return rolled
+
+
+def last_good(t: Training) -> LoadedCheckpoint | None:
+    """Every rank: last_good.pt for a rollback (None: there is none); rank 0 sets the later files aside."""
+    if t.world.is_main:
+        t.manager.wait()  # --async-ckpt: the save in flight is on disk before files move
+    found = share_checkpoint(t.manager.load_last_good(map_location=t.device) if t.world.is_main else None,
+                             t.files.checkpoints, t.world, t.device, "回滚到的检查点(last_good.pt, step)")
+    if found is not None and t.world.is_main:  # the later files belong to the abandoned trajectory
+        t.monitor.close()
+        t.manager.set_aside(found.state["step"], also_copy=(t.files.metrics,))
+    return found
 
 
 @dataclass
@@ -293,468 +556,6 @@ def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScale
     return False
 
 
-def set_base_lr(optimizer: torch.optim.Optimizer, scheduler, lr: float) -> None:
-    """Make ``lr`` the base lr of a restored LambdaLR schedule, and the next step's lr follow it.
-
-    A restored optimizer carries the old lr in its param groups and the scheduler its old base lr:
-    without this, ``--resume --lr X`` would be ignored. With an unchanged lr it recomputes the
-    same value bit for bit (LambdaLR's own formula).
-    """
-    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
-    for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
-        group["initial_lr"] = lr
-        group["lr"] = lr * factor(scheduler.last_epoch)
-
-
-class FlopsMonitor(Monitor):
-    """The Monitor, plus ``mfu`` in each timed train record: model FLOPs per sample × samples/s ÷ peak (08 §7)."""
-    flops_per_sample: float = 0.0
-    peak: float | None = None
-
-    def set_mfu(self, flops_per_sample: float, peak: float | None) -> None:
-        self.flops_per_sample, self.peak = flops_per_sample, peak
-
-    def _write(self, record: dict) -> None:
-        if record.get("split") == "train" and record.get("samples_per_sec") and self.peak:
-            record = {**record, "mfu": mfu(record["samples_per_sec"] * self.flops_per_sample, self.peak)}
-        super()._write(record)
-
-    def event(self, record: dict) -> None:
-        """An event line (``"split": "event"``) in metrics.jsonl only, after every step record before it."""
-        self.flush()
-        jsonl = next(sink for sink in self.sinks if isinstance(sink, JsonlSink))
-        jsonl.write(record)
-        jsonl.flush()
-
-
-def model_flops_per_sample(model: torch.nn.Module) -> float:
-    """Forward + backward FLOPs of one 32×32 image, counted on a shape-only copy (no compute, no RNG, no grads)."""
-    with torch.device("meta"):
-        return training_flops(copy.deepcopy(model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
-
-
-def peak_flops_per_s(args: argparse.Namespace, device: torch.device, world_size: int) -> float | None:
-    """The peak the mfu is measured against, all processes together: --peak-flops, else a CPU matmul benchmark."""
-    if args.peak_flops:
-        return args.peak_flops * world_size
-    # 512³, best of 5: ~0.02 s on one core, within 2% of the 1024³ peak here (08 §7 measures it at full size)
-    return matmul_peak_flops(size=512, repeats=5) * world_size if device.type == "cpu" else None
-
-
-def pick_rank_device(spec: str, world: World) -> torch.device:
-    """``--device`` for this process: under torchrun each process takes the GPU ``LOCAL_RANK`` names."""
-    try:
-        device = pick_device(spec)
-    except RuntimeError as exc:
-        raise Refused(f"--device {spec}: {exc}") from None
-    if world.launched and device.type == "mps":
-        raise Refused("多进程训练需要 CUDA(NCCL)或 CPU(gloo);MPS 不支持,请用 --device cpu")
-    if world.launched and device.type == "cuda":  # an explicit index only with one process per machine
-        if device.index is not None and world.local_size > 1:
-            raise Refused(f"--device {spec}: torchrun 下每个进程用 cuda:LOCAL_RANK;请用 --device cuda 或 auto")
-        device = torch.device("cuda", world.local_rank if device.index is None else device.index)
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise Refused(f"--device {spec}: 这台机器只有 {torch.cuda.device_count()} 个 CUDA GPU"
-                      + (f",--nproc-per-node {world.local_size} 太多" if world.local_size > 1 else ""))
-    return device
-
-
-def choose_checkpoint(args: argparse.Namespace, run: RunFolder, manager: CheckpointManager,
-                      device: torch.device) -> LoadedCheckpoint | None:
-    """Rank 0: the checkpoint to continue from (newest valid; after a stop on bad steps, the last known-good one),
-    checked to belong to this run; newer files set aside. None: start from step 0."""
-    out = run.path
-    if (read_status(out, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
-        found = manager.load_last_good(map_location=device)
-        print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
-              "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
-    else:
-        found = manager.load_latest(map_location=device)
-    if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
-        config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
-                       allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
-    resume_from = found.state["step"] if found else 0
-    # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
-    aside = manager.set_aside(resume_from, also_copy=(out / "metrics.jsonl",))
-    if aside:
-        print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
-              + ", ".join(str(p.relative_to(out)) for p in aside))
-    if found is None:
-        print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
-    return found
-
-
-@dataclass
-class Training:
-    """One process's run: what ``prepare`` builds at step 0 and ``resume`` restores; the loop advances ``step``."""
-
-    args: argparse.Namespace
-    world: World
-    stop: StopSignal
-    run: RunFolder | None  # the claimed folder on rank 0; None on the other ranks
-    device: torch.device
-    train_ds: torch.utils.data.Dataset
-    test_loader: torch.utils.data.DataLoader | None  # rank 0 evaluates on the whole test set
-    steps_per_epoch: int
-    total_steps: int
-    model: torch.nn.Module  # the unwrapped module: what rank 0 evaluates and saves (no "module." prefixes)
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    amp_dtype: torch.dtype | None
-    scaler: torch.amp.GradScaler
-    ema: EMA | None
-    manager: CheckpointManager | None  # ranks other than 0 write nothing: no manager, no monitor, no config
-    skips: SkipSet  # the global batches the rollbacks skipped (none with --on-spike stop); in every checkpoint
-    ddp_model: torch.nn.Module | None = None  # what trains: the model, wrapped by DDP under torchrun
-    monitor: Monitor | None = None
-    config: dict | None = None
-    step: int = 0
-    position: int = 0  # the global batch position of the next batch (the step, until a rollback skips data)
-    last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
-    loader: torch.utils.data.DataLoader | None = None  # this rank's loader of the current run of batches
-    batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
-
-
-class Hooks:
-    """What a test or a demo attaches to a run; training runs with this one, which does nothing.
-
-    ``attach(model, step)``: once, before the first step (``step``: where the run starts);
-    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
-    about to train on (returns it, or what to train on instead);
-    ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
-    """
-
-    def attach(self, model: torch.nn.Module, step: int) -> None:
-        pass
-
-    def before_step(self, step: int, position: int, x: torch.Tensor,
-                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, y
-
-    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
-        pass
-
-
-class Probes(Hooks):
-    """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
-
-    ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
-    NaN on every rank: the skip, the alert and the bad-step stop; a step trained again after a rollback
-    is poisoned again (a fault of the step, like a schedule error). ``--inject-bad-batch P,Q``: the
-    images of the global batches at positions P, Q are NaN (a corrupted batch: a fault of the data,
-    which a rollback skips). ``--sample-ledger``: rank 0 appends to ``sample_ledger.jsonl`` one line
-    per step: the sample indices and labels each rank trained on.
-    """
-
-    def __init__(self, args: argparse.Namespace, world: World) -> None:
-        self.nan_steps, self.bad_batches = set(args.inject_nan_at_step), set(args.inject_bad_batch)
-        self.ledger = args.out / "sample_ledger.jsonl" if args.sample_ledger else None
-        self.world = world
-        self.step, self.loader, self.shares = 0, None, None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, world: World) -> Hooks:
-        wanted = args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger
-        return cls(args, world) if wanted else Hooks()
-
-    def attach(self, model: torch.nn.Module, step: int) -> None:
-        if self.nan_steps:
-            model.register_forward_hook(self.poison)
-
-    def before_step(self, step: int, position: int, x: torch.Tensor,
-                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.step = step
-        return (x * float("nan"), y) if position in self.bad_batches else (x, y)
-
-    def poison(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
-        """A forward hook: NaN outputs in the training forward of a chosen step (evaluation is left alone)."""
-        return output * float("nan") if module.training and self.step in self.nan_steps else None
-
-    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
-        if self.ledger is None:
-            return
-        if loader is not self.loader:  # a new epoch (or a resume): this rank's batches of indices, in step with it
-            self.loader, self.shares = loader, iter(loader.batch_sampler)
-        ledger = gather((next(self.shares), y.tolist()))
-        if self.world.is_main:
-            with open(self.ledger, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step, "world_size": self.world.size, "indices": [i for i, _ in ledger],
-                                    "labels": [labels for _, labels in ledger]}) + "\n")
-
-
-def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
-          world: World, hooks: Hooks) -> ExitCode:
-    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish."""
-    t = prepare(args, stop, run, world)
-    resume(t, saved, changes)
-    hooks.attach(t.model, t.step)
-    t.model.train()
-    if world.is_main:
-        run.write_status("running", t.step, total_steps=t.total_steps, world_size=world.size, **rollback_history(t))
-    return finish(t, loop(t, hooks))
-
-
-def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, world: World) -> Training:
-    """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
-    main = world.is_main
-    device = pick_rank_device(args.device, world)
-    setup(world, device)  # torchrun: join the other ranks (init_process_group); a plain run: nothing
-    if world.launched:
-        stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
-    if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
-        set_deterministic(True, warn_only=True)
-    set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see resume)
-
-    # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches;
-    # each rank trains on its share of every global batch of --batch-size
-    train_ds = take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed, quiet=not main),
-                             args.data_fraction)
-    steps_per_epoch = batches_per_epoch(len(train_ds), args.batch_size, drop_last=True)
-    if steps_per_epoch == 0:
-        raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
-    if args.batch_size < world.size:
-        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
-                      "每个进程至少要分到 1 个样本")
-    # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
-    test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
-                              num_workers=args.workers) if main else None
-    total_steps = args.epochs * steps_per_epoch
-    if args.max_steps:
-        total_steps = min(total_steps, args.max_steps)
-
-    # model, optimizer (fp32 master weights), schedule, AMP, EMA
-    model = build_model(args.model, width=args.width, dropout=args.dropout).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    scheduler = make_scheduler(optimizer, args.warmup_steps, total_steps)
-    amp_dtype = autocast_dtype(device, args.amp)
-    # warm-up: with decay 0.999 a short run would evaluate weights close to the random init. Rank 0 only: after
-    # each step the weights are the same on every rank, and rank 0 evaluates and saves the average
-    ema = EMA(model, decay=args.ema_decay, warmup=True) if args.ema_decay > 0 and main else None
-    manager = None
-    if main:
-        manager = (AsyncCheckpointManager if args.async_ckpt else CheckpointManager)(
-            args.out / "checkpoints", keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
-            every_seconds=args.ckpt_every_seconds, keep_last_good=True)
-        leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
-        if leftovers:
-            print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
-    return Training(args, world, stop, run, device, train_ds, test_loader, steps_per_epoch, total_steps, model,
-                    optimizer, scheduler, amp_dtype, make_grad_scaler(device, amp_dtype), ema, manager,
-                    SkipSet(len(train_ds), args.batch_size, args.seed, drop_last=True))
-
-
-def resume(t: Training, saved: dict | None, changes: dict) -> None:
-    """Where to continue: rank 0 chooses, every rank loads that same file before DDP wraps the model.
-
-    Rank 0 also records the run's identity (config.json, with the allowed changes) and starts the monitor.
-    """
-    args, world, main = t.args, t.world, t.world.is_main
-    found, refusal = None, None
-    if args.resume and main:
-        try:
-            found = choose_checkpoint(args, t.run, t.manager, t.device)
-        except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
-            refusal = str(exc)
-    found = share_checkpoint(t, found, "续训起点(检查点, step)", refusal)
-    if found and "rollback" in found.state["extra"]:  # the rollbacks so far (checkpoints before them have none)
-        t.skips.load_state_dict(found.state["extra"]["rollback"]["skips"])
-    saved_world = restore(t, found) if found else 0  # how many processes wrote the checkpoint
-    if main:
-        identity = saved or (found.state["config"] if found else None)  # config.json's, or the checkpoint's
-        t.config = t.run.record_changes(identity, changes, t.step) if identity else dump_run_config(
-            args.out, vars(args), t.device, repo=Path(__file__).resolve().parent)
-        if found:
-            tell_resume(t, found.path, changes, saved_world, found.state["config"].get("device"))
-    if world.rank > 0 and world.rank >= saved_world:
-        seed_rank(args.seed, world.rank, t.step)  # its own random stream (rank 0 keeps the one set_seed started)
-    # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward
-    t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
-        if world.launched else t.model
-    if main:
-        start_monitor(t, found, (model_flops_per_sample(t.model), peak_flops_per_s(args, t.device, world.size)))
-        if t.skips.records:  # what a kill in the middle of a rollback left unwritten
-            publish_rollbacks(t)
-        print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
-              f"train={len(t.train_ds)} test={len(t.test_loader.dataset)} source={t.train_ds.source}"
-              + (f" processes={world.size} backend={backend_for(t.device)} (每个进程约 {args.batch_size // world.size}"
-                 " 个样本/步)" if world.launched else ""))
-
-
-def share_checkpoint(t: Training, found: LoadedCheckpoint | None, what: str,
-                     refusal: str | None = None) -> LoadedCheckpoint | None:
-    """Every rank: the checkpoint rank 0 chose (``found`` on rank 0, None elsewhere), loaded from the same file.
-
-    ``refusal`` (rank 0's): every rank raises it. ``what`` names the choice in the error if ranks disagree.
-    """
-    name, refusal = broadcast((found.path.name if found else None, refusal))
-    if refusal:
-        raise Refused(refusal)
-    problem, path = None, t.args.out / "checkpoints" / str(name)
-    if name is not None and not t.world.is_main:
-        try:
-            found = LoadedCheckpoint(path, load_verified(path, map_location=t.device))
-        except CorruptCheckpointError as exc:
-            problem = f"读不到 {exc}(多机训练时 --out 须在各节点共享的文件系统上)"
-    same_on_all_ranks(problem or (name, found.state["step"] if found else 0), what)
-    return found
-
-
-def data_position(state: dict) -> int:
-    """The global batch position a checkpoint continues at (its step, in checkpoints from before rollbacks)."""
-    return state["extra"]["rollback"]["position"] if "rollback" in state["extra"] else state["step"]
-
-
-def restore(t: Training, found: LoadedCheckpoint) -> int:
-    """Every rank: weights, optimizer, schedule, scaler, EMA, its RNG state, the data position; how many processes
-    saved the file. The lr is --lr times the rollbacks' factors (``t.skips``)."""
-    saved_world = found.state.get("world_size", 1)
-    meta = restore_training_state(found.state, model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
-                                  scaler=t.scaler, ema=t.ema, rank=t.world.rank,
-                                  restore_rng=t.world.rank < saved_world)
-    t.step = t.last_saved = meta["step"]
-    t.position, t.batches = data_position(found.state), None
-    # --allow-change lr and a rollback's factor take effect; an unchanged lr: the same bits
-    set_base_lr(t.optimizer, t.scheduler, t.args.lr * t.skips.lr_scale())
-    return saved_world
-
-
-def start_monitor(t: Training, found: LoadedCheckpoint | None, flops: tuple[float, float | None]) -> None:
-    """Rank 0: the monitor from ``t.step`` on (metrics.jsonl cut back to the checkpoint ``found``, its alarms'
-    state restored); ``flops``: model FLOPs per sample and the peak, for the mfu."""
-    args = t.args
-    t.monitor = FlopsMonitor(args.out, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device,
-                             total_steps=t.total_steps, resume_step=t.step if found else None, config=t.config,
-                             progress=not args.no_progress, trouble_window=args.bad_step_window)
-    t.monitor.set_mfu(*flops)
-    if found:
-        t.monitor.load_state_dict(found.state["extra"]["monitor"])
-
-
-def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_device: str | None) -> None:
-    """Rank 0: what changed since the checkpoint was saved, and where the run continues."""
-    if changes:
-        print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
-    if saved_device not in (None, str(t.device)):
-        print(f"注意: 检查点在 {saved_device} 上保存,现在在 {t.device} 上续训;数值不再逐位一致")
-    if saved_world != t.world.size:
-        print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
-              f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
-    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.steps_per_epoch},"
-          f"epoch 内第 {t.step % t.steps_per_epoch} 个 batch)")
-
-
-def loop(t: Training, hooks: Hooks) -> ExitCode:
-    """One optimizer step per turn; eval and checkpoints where they fall due. FINISHED, BAD_STEPS or PREEMPTED."""
-    args, world, main = t.args, t.world, t.world.is_main
-    while t.step < t.total_steps:
-        if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
-            return ExitCode.PREEMPTED
-        x, y = next_batch(t, hooks)
-        result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
-                            ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
-                            loss_weight=len(y) * world.size / args.batch_size)
-        t.step += 1
-        hooks.after_step(t.step, t.loader, y)
-        loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
-        bad = time_to_save = False
-        if main:
-            t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
-            t.monitor.log_step(t.step, (t.position - 1) // t.steps_per_epoch, loss, result.clip.norm,
-                               result.clip.clipped, result.lr, args.batch_size, skipped=result.skipped)
-            if result.skipped and not t.scaler.is_enabled():
-                t.monitor.alert("non-finite step", f"step {t.step}: loss/梯度出现 inf/NaN,已跳过本步(权重未更新)", t.step)
-            bad = t.monitor.trouble.count(t.step) >= args.max_bad_steps  # a rate over a window, not only a streak
-            time_to_save = t.manager.should_save(t.step)
-        bad, time_to_save = from_main(bad, time_to_save)  # rank 0 holds the metrics and the clock
-        if bad and roll_back(t):  # --on-spike rollback: back to last_good.pt, the data skipped; the loop goes on
-            continue
-        if bad:
-            return ExitCode.BAD_STEPS
-        if t.step % t.steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
-            save(t, evaluate_now(t))
-        elif t.step == t.total_steps:  # --max-steps inside an epoch
-            evaluate_now(t)
-            save(t)
-        elif time_to_save:
-            save(t)
-    return ExitCode.FINISHED
-
-
-def next_batch(t: Training, hooks: Hooks) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's share of the next global batch: the first position the rollbacks did not skip.
-
-    A new loader at the start of an epoch, after a skip, a resume or a rollback (``make_loader`` starts
-    at any batch of any epoch: the order is a function of (seed, epoch)); past the last epoch the data
-    goes on into the next one, so a run that skipped batches still trains its number of steps.
-    """
-    args, world = t.args, t.world
-    position = t.skips.next_position(t.position)
-    if t.batches is None or position != t.position or position % t.steps_per_epoch == 0:
-        epoch, start_batch = divmod(position, t.steps_per_epoch)
-        t.loader = make_loader(t.train_ds, args.batch_size, seed=args.seed, epoch=epoch, start_batch=start_batch,
-                               num_workers=args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
-                               rank=world.rank, world_size=world.size)  # this rank's share of each global batch
-        t.batches = t.stop.iterate(t.loader)
-    t.position = position + 1
-    return hooks.before_step(t.step + 1, position, *next(t.batches))
-
-
-def roll_back(t: Training) -> bool:
-    """--on-spike rollback, every rank at the same step: reload last_good.pt, skip the global batches from it to the
-    bad one plus --skip-batches, lr times --rollback-lr-factor. False: stop as --on-spike stop does (not asked for,
-    --max-rollbacks reached, or no healthy checkpoint yet).
-
-    The rollback is saved as a checkpoint of the restored step, with the new skip set, before training goes on;
-    a kill before that save resumes from a checkpoint before the spike and replays the same steps to the same
-    rollback, a kill after it only misses records that the resume writes (``publish_rollbacks``).
-    """
-    args, main = t.args, t.world.is_main
-    if args.on_spike != "rollback" or len(t.skips.records) >= args.max_rollbacks:
-        return False
-    started = time.perf_counter()
-    if main:
-        t.manager.wait()  # --async-ckpt: the save in flight is on disk before files move
-    found = share_checkpoint(t, t.manager.load_last_good(map_location=t.device) if main else None,
-                             "回滚到的检查点(last_good.pt, step)")
-    if found is None:
-        return False
-    record = t.skips.plan(bad_step=t.step, bad_position=t.position - 1, restored_step=found.state["step"],
-                          restored_position=data_position(found.state), skip_batches=args.skip_batches,
-                          lr_factor=args.rollback_lr_factor)
-    if t.world.rank >= restore(t, found):  # a rank the healthy checkpoint has no RNG state for (the job grew)
-        seed_rank(args.seed, t.world.rank, t.step)
-    if main:  # the later checkpoints belong to the abandoned trajectory; metrics.jsonl goes back to the restored step
-        flops = (t.monitor.flops_per_sample, t.monitor.peak)
-        t.monitor.close()
-        t.manager.set_aside(t.step, also_copy=(args.out / "metrics.jsonl",))
-        start_monitor(t, found, flops)
-    save(t)
-    if main:
-        publish_rollbacks(t, seconds=time.perf_counter() - started)
-        t.run.write_status("running", t.step, total_steps=t.total_steps, world_size=t.world.size, **rollback_history(t))
-        t.monitor.alert("rolled back", f"step {record.bad_step}: 坏步太多,"
-                        f"第 {record.number}/{args.max_rollbacks} 次回滚到 step {record.restored_step}(last_good.pt),跳过全局 batch {record.first_position}–"
-                        f"{record.last_position}(共 {len(record.positions())} 个,见 {SKIPPED_FILE}),"
-                        f"lr ×{t.skips.lr_scale():g}", record.bad_step)
-    return True
-
-
-def publish_rollbacks(t: Training, seconds: float | None = None) -> None:
-    """Rank 0: the skip set on the record: a ``rollback`` event per rollback in metrics.jsonl (the missing ones:
-    a resume repairs what a kill left unwritten; ``seconds``: how long the newest one took), and SKIPPED_FILE."""
-    written = {r.get("number") for r in read_metrics(t.monitor.path) if r.get("event") == "rollback"}
-    for record in t.skips.records:
-        if record.number not in written:
-            last = record is t.skips.records[-1] and seconds is not None
-            t.monitor.event({**record.event(), **({"seconds": round(seconds, 4)} if last else {})})
-    atomic_write_text(t.args.out / SKIPPED_FILE, t.skips.skipped_json())
-
-
-def rollback_history(t: Training) -> dict:
-    """status.json's ``history``: one entry per rollback (no key without rollbacks)."""
-    return {"history": [r.history_entry() for r in t.skips.records]} if t.skips.records else {}
-
-
 def save(t: Training, metric: float | None = None) -> None:
     """A full checkpoint of this step: every rank sends its RNG state, rank 0 writes."""
     same_on_all_ranks(t.step, "step")  # a rank off by one would save a state that no step had
@@ -765,10 +566,7 @@ def save(t: Training, metric: float | None = None) -> None:
             t.manager.save(training_state(model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
                                           scaler=t.scaler, ema=t.ema, epoch=t.position // t.steps_per_epoch,
                                           step=t.step, batch_in_epoch=t.position % t.steps_per_epoch,
-                                          config=t.config, rng_states=rng_states,
-                                          extra={"monitor": t.monitor.state_dict(),
-                                                 "rollback": {"skips": t.skips.state_dict(),
-                                                              "position": t.position}}),
+                                          config=t.config, rng_states=rng_states, parts=t.parts),
                            t.step, metric, healthy=t.monitor.healthy(t.step))
     t.last_saved = t.step
 
@@ -778,13 +576,35 @@ def evaluate_now(t: Training) -> float | None:
     if not t.world.is_main:
         return None
     with t.monitor.paused():
-        acc, loss = evaluate(t.model, t.stop.iterate(t.test_loader), t.device, t.amp_dtype)
-        metrics = {"acc": acc, "loss": loss}
+        metrics = evaluate(t.model, t.stop.iterate(t.test_loader), t.device, t.amp_dtype)
         if t.ema is not None:
-            metrics["acc_ema"], metrics["loss_ema"] = evaluate(t.ema.module, t.stop.iterate(t.test_loader), t.device,
-                                                               t.amp_dtype)
+            metrics |= {f"{k}_ema": v for k, v in evaluate(t.ema.module, t.stop.iterate(t.test_loader), t.device,
+                                                              t.amp_dtype).items()}
         t.monitor.log_eval(t.step, (t.step - 1) // t.steps_per_epoch, **metrics)
-    return metrics.get("acc_ema", acc)
+    return metrics.get("acc_ema", metrics["acc"])
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: Iterable, device: torch.device, dtype) -> dict[str, float]:
+    """{"acc", "loss"} (the mean) over ``batches``; restores the model's train/eval mode."""
+    was_training = model.training
+    model.eval()
+    correct, total, loss_sum = 0, 0, 0.0
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast(device, dtype):
+            logits = model(x)
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
+        correct += (logits.argmax(1) == y).sum().item()
+        total += len(y)
+    model.train(was_training)
+    return {"acc": correct / total, "loss": loss_sum / total}
+
+
+def running(t: Training) -> None:
+    """Rank 0: status.json says "running" at this step (with the rollbacks' history, ``RunFolder.history``)."""
+    if t.world.is_main:
+        t.run.write_status("running", t.step, total_steps=t.total_steps, world_size=t.world.size)
 
 
 def finish(t: Training, exit_code: ExitCode) -> ExitCode:
@@ -802,8 +622,8 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
             where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
                      "--resume 会从 last_good.pt 继续" if good is not None else
                      "还没有健康的检查点,--resume 会从 step 0 重新开始")
-            rolled = (f"已回滚 {len(t.skips.records)} 次(--max-rollbacks {t.args.max_rollbacks})仍然出现,"
-                      if t.skips.records else "")
+            rolled = (f"已回滚 {len(t.run.history)} 次(--max-rollbacks {t.args.max_rollbacks})仍然出现,"
+                      if t.run.history else "")
             message = (f"最近 {t.args.bad_step_window} 步里有 {t.monitor.trouble.count(step)} 个坏步(inf/NaN 或 "
                        f"loss 尖峰),{rolled}在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 "
                        "--allow-change lr)或检查数据")
@@ -815,49 +635,11 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
         t.monitor.close()
         t.run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message,
                            total_steps=t.total_steps, last_good_step=t.manager.last_good_step(),
-                           world_size=t.world.size, **rollback_history(t))
+                           world_size=t.world.size)
         if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
             print(message)
     teardown(t.world)  # every rank waits until rank 0 has written status.json, then leaves the process group
     return exit_code
-
-
-def failed(run: RunFolder | None, message: str, world: World) -> int:
-    """Say what went wrong and what is still safe on one line; leave status.json saying "failed" (rank 0)."""
-    if run is None:  # a rank other than 0: it owns no file; torchrun stops the job, rank 0 records it
-        print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
-        return ExitCode.FAILED
-    steps = sorted(int(p.name.split("_")[1].split(".")[0]) for p in (run.path / "checkpoints").glob("step_*.pt.sha256"))
-    safe = (f"磁盘上已有的检查点不受影响(最新: step {steps[-1]}),排除问题后用 --resume 继续" if steps
-            else "还没有检查点")
-    print(f"失败: {message}。{safe}", file=sys.stderr)
-    try:
-        run.write_status(STATES[ExitCode.FAILED], steps[-1] if steps else 0, exit_code=int(ExitCode.FAILED),
-                         message=f"{message}。{safe}")
-    except OSError as exc:  # a full disk may refuse even this small file
-        print(f"(status.json 也无法写入: {exc.strerror})", file=sys.stderr)
-    return ExitCode.FAILED
-
-
-def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
-         world: World) -> int:
-    """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode."""
-    with run if run is not None else contextlib.nullcontext():
-        if run is not None and run.moved_aside:
-            print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
-        try:
-            return train(args, stop, run, saved, changes, world, Probes.from_args(args, world))
-        except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
-            return refuse(exc) if world.is_main else ExitCode.REFUSED
-        except (UnreadableDataError, RanksDisagree) as exc:
-            return failed(run, str(exc), world)
-        except OSError as exc:  # disk full, read-only folder, a file system gone
-            return failed(run, f"读写 {exc.filename or args.out} 失败({exc.strerror or exc})", world)
-        except KeyboardInterrupt:
-            return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存", world)
-        except Exception as exc:
-            traceback.print_exc()
-            return failed(run, f"{type(exc).__name__}: {exc}", world)
 
 
 if __name__ == "__main__":

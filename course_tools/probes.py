@@ -1,0 +1,88 @@
+"""What a test or a demo attaches to a run of the professional script: its hidden flags.
+
+``solutions/homework/train_cifar_pro.py`` takes ``--inject-nan-at-step``, ``--inject-bad-batch``
+and ``--sample-ledger`` (not in ``--help``) and hands them to ``Probes``; its loop only calls a
+``Hooks`` object (this no-op one when no hidden flag is given), so neither the loop nor
+``train_step`` knows what a test does (CONTRIBUTING "One fact, one place").
+
+Reference machinery of the tests (``tests/test_train_pro*.py``, ``tests/test_ddp_script.py``)
+and of the spike demos of ``solutions/12_loss_spikes.ipynb``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from course_utils.distributed import World, gather
+from course_utils.runfolder import RunFiles
+
+__all__ = ["Hooks", "Probes"]
+
+
+class Hooks:
+    """What a test or a demo attaches to a run; training runs with this one, which does nothing.
+
+    ``attach(model, step)``: once, before the first step (``step``: where the run starts);
+    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
+    about to train on (returns it, or what to train on instead);
+    ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
+    """
+
+    def attach(self, model: torch.nn.Module, step: int) -> None:
+        pass
+
+    def before_step(self, step: int, position: int, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, y
+
+    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
+        pass
+
+
+class Probes(Hooks):
+    """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
+
+    ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
+    NaN on every rank: the skip, the alert and the bad-step stop; a step trained again after a rollback
+    is poisoned again (a fault of the step, like a schedule error). ``--inject-bad-batch P,Q``: the
+    images of the global batches at positions P, Q are NaN (a corrupted batch: a fault of the data,
+    which a rollback skips). ``--sample-ledger``: rank 0 appends to ``RunFiles.ledger`` one line
+    per step: the sample indices and labels each rank trained on.
+    """
+
+    def __init__(self, args: argparse.Namespace, world: World, files: RunFiles) -> None:
+        self.nan_steps, self.bad_batches = set(args.inject_nan_at_step), set(args.inject_bad_batch)
+        self.ledger = files.ledger if args.sample_ledger else None
+        self.world = world
+        self.step, self.loader, self.shares = 0, None, None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, world: World, files: RunFiles) -> Hooks:
+        wanted = args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger
+        return cls(args, world, files) if wanted else Hooks()
+
+    def attach(self, model: torch.nn.Module, step: int) -> None:
+        if self.nan_steps:
+            model.register_forward_hook(self.poison)
+
+    def before_step(self, step: int, position: int, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.step = step
+        return (x * float("nan"), y) if position in self.bad_batches else (x, y)
+
+    def poison(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
+        """A forward hook: NaN outputs in the training forward of a chosen step (evaluation is left alone)."""
+        return output * float("nan") if module.training and self.step in self.nan_steps else None
+
+    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
+        if self.ledger is None:
+            return
+        if loader is not self.loader:  # a new epoch (or a resume): this rank's batches of indices, in step with it
+            self.loader, self.shares = loader, iter(loader.batch_sampler)
+        ledger = gather((next(self.shares), y.tolist()))
+        if self.world.is_main:
+            with open(self.ledger, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "world_size": self.world.size, "indices": [i for i, _ in ledger],
+                                    "labels": [labels for _, labels in ledger]}) + "\n")
