@@ -19,7 +19,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from course_tools.checks.nb10_homework import HEALTHY, LOCAL, TRAIN, TWIN, UPGRADES
+from course_tools.checks.homework_runs import LOCAL
+from course_tools.checks.nb10_homework import HEALTHY, TRAIN, TWIN, UPGRADES
 from tests.forkserver import ForkServer, shared_server
 from tests.notebook_cells import ROOT
 
@@ -47,7 +48,7 @@ LEARNER_IMPORTS = ("torch.nn.functional", "torch.utils.tensorboard", "matplotlib
 
 
 class ForkingLauncher:
-    """A ``nb10_homework.Launcher`` that forks each run from a server (``tests/forkserver.py``) that did the
+    """A ``homework_runs.Launcher`` that forks each run from a server (``tests/forkserver.py``) that did the
     imports once, one server per environment a check passes; a run it cannot fork starts as ``LOCAL`` does.
 
     What a forked run does not share with a fresh interpreter is listed in ``tests/forkserver.py`` (the

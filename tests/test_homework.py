@@ -19,6 +19,7 @@ import pytest
 
 from course_tools import interrupt
 from course_tools.checks import CheckFailed
+from course_tools.checks import homework_files, homework_resume, homework_runs
 from course_tools.checks import nb10_homework as homework
 from tests.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
@@ -180,7 +181,7 @@ def test_numeric_verdicts_hold_on_50_other_seeds(tmp_path):
 def test_script_error_reads_argparse_tracebacks_and_plain_output(tmp_path):
     usage = ("usage: train_cifar.py [-h] [--epochs EPOCHS]\n"
              "train_cifar.py: error: unrecognized arguments: --max-steps 3 --model tiny\n")
-    assert homework._script_error(usage, tmp_path) == (
+    assert homework_runs.script_error(usage, tmp_path) == (
         "train_cifar.py: error: unrecognized arguments: --max-steps 3 --model tiny", ["--max-steps", "--model"])
     mine = tmp_path / "train_cifar.py"
     trace = ("epoch 0 step 0 loss 2.3\r 40%|####  | 2/5\n"
@@ -189,10 +190,10 @@ def test_script_error_reads_argparse_tracebacks_and_plain_output(tmp_path):
              f'  File "{mine}", line 61, in main\n    grad_norm = clip(model)\n'
              '  File "/usr/lib/python3/site-packages/torch/x.py", line 5, in f\n    raise KeyError(k)\n'
              "KeyError: 'weight'\n")
-    error, flags = homework._script_error(trace, tmp_path)
+    error, flags = homework_runs.script_error(trace, tmp_path)
     assert error == "KeyError: 'weight'(位置: train_cifar.py 第 61 行 `grad_norm = clip(model)`)" and flags == []
-    assert homework._script_error("a\nb\n\nc\n", tmp_path) == ("a | b | c", [])
-    assert homework._script_error("", tmp_path) == ("没有任何输出", [])
+    assert homework_runs.script_error("a\nb\n\nc\n", tmp_path) == ("a | b | c", [])
+    assert homework_runs.script_error("", tmp_path) == ("没有任何输出", [])
 
 
 def test_a_failed_check_leaves_no_process_behind(tmp_path):
@@ -283,7 +284,7 @@ class RecordingLauncher:
         assert writable.is_dir(), "the check creates the run folder before the launch"
         self.launches.append({"argv": argv, "cwd": cwd, "writable": writable,
                               "holds": sorted(p.name for p in writable.iterdir())})
-        return homework.LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
+        return homework_runs.LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
 
 
 def test_upgrade_run_passes_launcher_workdir_and_commit_through(tmp_path, capsys):
@@ -335,12 +336,12 @@ def test_kills_are_exact_steps_counted_in_the_script(tmp_path):
     assert every == "8", killed["9"]  # a checkpoint at every epoch end
     plain = [la["argv"] for la in launcher.launches if la["argv"][1] != interrupt.__file__]
     assert len(plain) == 3 and all(argv[1] == script for argv in plain)  # the reference and the two resumes
-    assert "step 20(epoch 中间)和 step 8(epoch 结尾" in message and homework.POLLED_NOTE not in message
+    assert "step 20(epoch 中间)和 step 8(epoch 结尾" in message and homework_resume.POLLED_NOTE not in message
 
 
 def test_a_script_without_a_torch_optimizer_is_killed_by_watching_its_log(tmp_path):
     message = homework.check_resume(fake_train(tmp_path / "hw", hook=False), launcher=FORKED)
-    assert message.startswith("升级 2") and homework.POLLED_NOTE in message
+    assert message.startswith("升级 2") and homework_resume.POLLED_NOTE in message
 
 
 @pytest.mark.slow
@@ -379,14 +380,14 @@ def test_files_written_by_the_script_are_read_with_care(tmp_path, monkeypatch):
     secret.write_text('{"step": 1, "loss": 2.3}\n', encoding="utf-8")
     (out / "metrics.jsonl").symlink_to(secret)
     with pytest.raises(CheckFailed, match="符号链接"):
-        homework.read_train_records(out)
+        homework_files.read_train_records(out)
     (out / "metrics.jsonl").unlink()
     (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.3}\n' * 100, encoding="utf-8")
-    monkeypatch.setattr(homework, "METRICS_CAP", 1000)
+    monkeypatch.setattr(homework_files, "METRICS_CAP", 1000)
     with pytest.raises(CheckFailed, match="不超过"):
-        homework.read_train_records(out)
+        homework_files.read_train_records(out)
     monkeypatch.undo()
-    assert homework.read_train_records(out) == {1: {"step": 1, "loss": 2.3}}
+    assert homework_files.read_train_records(out) == {1: {"step": 1, "loss": 2.3}}
     (out / "config.json").write_text("[" * 100_000, encoding="utf-8")
     with pytest.raises(CheckFailed, match="合法 JSON"):
-        homework._read_config(out)
+        homework_files.read_config(out)

@@ -23,6 +23,7 @@ import nbformat
 import pytest
 
 from course_tools import interrupt
+from course_tools.checks import homework_files
 from course_tools.checks import nb10_homework as homework
 from tests.homework_scripts import fake_overfit_pair, fake_train
 from tests.notebook_cells import ROOT
@@ -92,15 +93,15 @@ class _RecordingDict(dict):
 
 def _record(monkeypatch, tmp_path: Path, check: str) -> Used:
     used = Used()
-    real_read, real_config = homework.read_records, homework._config_values
-    monkeypatch.setattr(homework, "read_records",
+    real_read, real_config = homework_files.read_records, homework_files.config_values
+    monkeypatch.setattr(homework_files, "read_records",
                         lambda path: [_RecordingDict(r, used) if isinstance(r, dict) else r for r in real_read(path)])
 
     def config_values(obj, name, substring=False):
         used.keys.add(name)
         return real_config(obj, name, substring)
 
-    monkeypatch.setattr(homework, "_config_values", config_values)
+    monkeypatch.setattr(homework_files, "config_values", config_values)
     scratch = tmp_path / "check"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
