@@ -3,8 +3,8 @@
 One SmallCNN training step (forward + backward + AdamW), fp32 and (on a GPU) under bf16 autocast: its model FLOPs
 counted by ``FlopCounterMode`` (``course_utils.estimate.training_flops``), its steps/s measured with
 ``measure_throughput`` (synchronised on a GPU), and the matmul peak of the same dtype measured on the
-same device (``matmul_peak_flops``). MFU = FLOPs per step × steps/s ÷ that peak: what 08 §7.2 does on
-the CPU, here on the GPU. Compare the measured peak with the datasheet one in 08 §7.4's table (on a GPU
+same device (``matmul_peak_flops``). MFU = FLOPs per step × steps/s ÷ that peak: what 08b §2 does on
+the CPU, here on the GPU. Compare the measured peak with the datasheet one in 08b §4's table (on a GPU
 fp32 matmuls may run on TF32 tensor cores when ``torch.backends.cuda.matmul.allow_tf32`` is set).
 
     python bench/mfu_check.py --device cuda --json bench/results/mfu_cuda.json
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     flops = training_flops(copy.deepcopy(model), x).total   # model FLOPs of one step (the optimizer adds none)
 
     rows, results = [], {}
-    # bf16 on a GPU only: a CPU without bf16 matrix instructions has no meaningful bf16 matmul peak (08 §7.2)
+    # bf16 on a GPU only: a CPU without bf16 matrix instructions has no meaningful bf16 matmul peak (08b §2)
     bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     for name, dtype in (("fp32", None), ("bf16", torch.bfloat16))[:2 if bf16 else 1]:
         def step() -> None:

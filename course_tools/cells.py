@@ -1,7 +1,8 @@
 """What marks a workbook notebook and its cells: the one definition the release, the grader and the
 progress ledger read (CONTRIBUTING.md explains the tags to authors).
 
-- ``NOTEBOOK_GLOB``: the chapter's notebooks, ``NN_name.ipynb``, in ``solutions/`` and ``notebooks/`` alike.
+- ``NOTEBOOK_GLOB``: the chapter's notebooks, ``NN_name.ipynb`` (and ``NNb_name.ipynb``, the second part of
+  notebook NN, which sorts between NN and the next number), in ``solutions/`` and ``notebooks/`` alike.
 - ``EXERCISE``: a code cell the learner fills in (the grader takes only these from a submission).
 - ``CHECK``: a code cell that calls the exercise's check (the grader runs the reference's copy).
 - ``SOLUTION_ONLY``: a cell the learner copy leaves out.
@@ -15,7 +16,7 @@ from typing import Any
 
 __all__ = ["NOTEBOOK_GLOB", "EXERCISE", "CHECK", "SOLUTION_ONLY", "tags", "tagged"]
 
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+NOTEBOOK_GLOB = "[0-9][0-9]*_*.ipynb"   # NN_name, and NNb_name for a part of chapter NN
 EXERCISE, CHECK, SOLUTION_ONLY = "exercise", "check", "solution-only"
 
 

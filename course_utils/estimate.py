@@ -21,7 +21,8 @@ FLOP accounting, MFU and a memory budget (what to predict before the GPU exists)
     budget = memory_budget(count_parameters(model), activations_bytes=saved_activation_bytes(model, x, y))
     counted = measured_memory(model, optimizer, x, y)   # the same four parts, tensor by tensor, after one step
 
-Taught in ``08_time_estimate`` §1–3 (time), §7 (FLOPs, MFU, memory) and §9 (the memory exercise's check).
+Taught in ``08_time_estimate`` §1–3 (time) and ``08b_flops_memory`` §1–4 (FLOPs, MFU, memory) and §6 (the memory
+exercise's check).
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def training_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlops:
 
     The loss is cross-entropy against class 0 (its few FLOPs are not counted: FlopCounterMode counts
     matmuls and convolutions only, a multiply-add as 2 FLOPs). Gradients are left in ``.grad``;
-    call ``zero_grad`` afterwards if the model is used for training. Taught in 08 §7.
+    call ``zero_grad`` afterwards if the model is used for training. Taught in 08b §1.
     """
     with FlopCounterMode(display=False) as counter:
         out = model(example_input)
@@ -158,7 +159,7 @@ def conv_linear_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlop
     for a convolution and ``2·N·in·out`` for a linear layer; biases, BN, ReLU and pooling are
     neglected. Backward: the weight gradient and the input gradient cost one forward each (2×),
     except for a layer whose input needs no gradient (the first layer: the images) which only
-    computes the weight gradient (1×). Taught in 08 §7.
+    computes the weight gradient (1×). Taught in 08b §1.
     """
     layers: list[int] = []
 
@@ -187,7 +188,7 @@ def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = 
 
     Uses torch's current thread count (``torch.get_num_threads()``) on a CPU; one untimed warm-up; on a GPU
     synchronises around each matmul. Draws its matrices from a private generator: the global random stream
-    (a run's reproducibility) is left untouched. Taught in 08 §7 (``bench/mfu_check.py`` runs it on the GPU).
+    (a run's reproducibility) is left untouched. Taught in 08b §2 (``bench/mfu_check.py`` runs it on the GPU).
     """
     device = torch.device(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -205,7 +206,7 @@ def matmul_peak_flops(size: int = 1024, repeats: int = 10, dtype: torch.dtype = 
 
 
 def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
-    """Model FLOPs utilisation: the model's FLOPs per second over the hardware's peak. Taught in 08 §7.
+    """Model FLOPs utilisation: the model's FLOPs per second over the hardware's peak. Taught in 08b §2.
 
     Count the model's FLOPs (forward + backward of the model as written), not what the hardware ran:
     recomputation (activation checkpointing) adds hardware FLOPs (HFU) but not model FLOPs.
@@ -220,7 +221,7 @@ def profile_once(fn: Callable[[], object]) -> torch.profiler.profile:
 
     The profiler's native log lines ("profiler_start", and "gpuGetDeviceCount failed" on a machine
     without a GPU) go to file descriptor 2, i.e. into the notebook: they are silenced while it runs.
-    Taught in 08 §7.2.
+    Taught in 08b §2.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -245,10 +246,11 @@ class MemoryBudget:
     grads: int
     optimizer_states: int
     activations: int
+    master_weights: int = 0   # the fp32 copy mixed precision updates (0 when the weights are fp32 already)
 
     @property
     def total(self) -> int:
-        return self.weights + self.grads + self.optimizer_states + self.activations
+        return self.weights + self.grads + self.optimizer_states + self.activations + self.master_weights
 
 
 _STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
@@ -256,23 +258,26 @@ _STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 
 def memory_budget(n_params: int, optimizer: str = "adamw", activations_bytes: int = 0,
                   bytes_per_param: int = 4) -> MemoryBudget:
-    """Weights + gradients (``bytes_per_param`` each) + fp32 optimizer states + activations. Taught in 08 §7.
+    """Weights + gradients (``bytes_per_param`` each) + fp32 optimizer states + activations, and the fp32
+    master weights when the weights are stored in fewer than 4 bytes. Taught in 08b §3–4.
 
     AdamW keeps two fp32 moments per parameter (``exp_avg``, ``exp_avg_sq``); SGD with momentum one;
     plain SGD none. ``activations_bytes`` is what autograd saves for backward (01's saved-tensor hook).
+    With ``bytes_per_param=2`` (bf16/fp16 weights and gradients) the optimizer updates an fp32 master copy
+    (01 §3), 4 more bytes per parameter: a full AdamW fine-tune then needs 2 + 2 + 8 + 4 = 16 bytes per parameter.
     """
     if optimizer not in _STATES_PER_PARAM:
         raise ValueError(f"未知优化器 {optimizer!r};可选: {', '.join(_STATES_PER_PARAM)}")
     return MemoryBudget(weights=n_params * bytes_per_param, grads=n_params * bytes_per_param,
                         optimizer_states=n_params * 4 * _STATES_PER_PARAM[optimizer],
-                        activations=activations_bytes)
+                        activations=activations_bytes, master_weights=n_params * 4 if bytes_per_param < 4 else 0)
 
 
 def saved_activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
     """Bytes autograd saves for backward in one forward + cross-entropy on ``(x, y)`` (01's saved-tensor hook).
 
     Each storage counts once; the input and the parameters (in memory anyway) are left out. No backward
-    is run: the graph is dropped on return. Taught in 08 §7.3.
+    is run: the graph is dropped on return. Taught in 08b §3.
     """
     own = {t.untyped_storage().data_ptr() for t in [x, *model.parameters()]}
     held: dict[int, int] = {}
@@ -293,8 +298,8 @@ def measured_memory(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch
 
     Weights and ``.grad`` from the parameters, optimizer states from ``optimizer.state`` (0-dim ``step``
     counters left out), activations from ``saved_activation_bytes``. Their sum is the floor of the
-    step's peak: temporaries, allocator caches and library workspaces come on top. Taught in 08 §7.3
-    (the check of §9's exercise measures with it).
+    step's peak: temporaries, allocator caches and library workspaces come on top. Taught in 08b §3
+    (the check of §6's exercise measures with it).
     """
     activations = saved_activation_bytes(model, x, y)
     optimizer.zero_grad(set_to_none=True)

@@ -1,4 +1,4 @@
-"""course_utils.estimate's FLOP count, MFU and memory budget (taught in 08 §7) against what torch does."""
+"""course_utils.estimate's FLOP count, MFU and memory budget (taught in 08b §1–3) against what torch does."""
 from __future__ import annotations
 
 import importlib.util

@@ -302,7 +302,7 @@ def graded(tmp_path_factory):
     report = root / "report" / "grades.csv"
     mp = pytest.MonkeyPatch()
     mp.setattr(homework_runs, "CPU_LIMIT", 10)   # CPU seconds: an honest run takes a few
-    mp.setattr(nb10_homework, "WALL_FACTOR", 2)  # the script that sleeps forever: stopped after 20 s
+    mp.setattr(homework_runs, "WALL_FACTOR", 2)  # the script that sleeps forever: stopped after 20 s
     try:
         start = time.monotonic()
         grades = grade.grade_all([c], solutions, grade.Options(jobs=4, cell_timeout=30, timeout=60,
