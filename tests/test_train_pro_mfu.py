@@ -1,4 +1,4 @@
-"""The professional script logs ``mfu`` (08 §7): model FLOPs per sample × samples/s ÷ the peak; its progress line shows it."""
+"""The professional script logs ``mfu`` (08b §2): model FLOPs per sample × samples/s ÷ the peak; its progress line shows it."""
 from __future__ import annotations
 
 import math
