@@ -1,13 +1,18 @@
 """Mixed precision (AMP): which low-precision dtype to use, and a GradScaler only when needed.
 
-bf16 has fp32's 8 exponent bits, so small gradients do not underflow and no loss
-scaling is needed. fp16 has 5 exponent bits: gradients below ~6e-8 become zero
+bf16 has fp32's 8 exponent bits and the same smallest normal number (~1.2e-38), far
+below any real gradient, so no loss scaling is needed (with 7 mantissa bits its
+subnormals stop at ~9.2e-41, fp32's at ~1.4e-45: a difference no gradient reaches).
+fp16 has 5 exponent bits: its smallest normal is ~6.1e-5, its smallest subnormal
+~6e-8, and with round-to-nearest a gradient below half of that (~3e-8) becomes zero
 unless the loss is scaled up first (GradScaler). The weights and optimizer state
 stay fp32 ("master weights"); autocast only lowers the precision of the compute.
 
-Pitfalls: pass ``enabled=`` explicitly (torch warns and disables autocast/scaler on
-devices that lack them); never ``.half()`` the model; call ``scaler.unscale_``
-once per step, before clipping.
+Pitfalls: ``enabled=True`` is torch's default, and an enabled ``GradScaler("cuda")``
+(or CUDA autocast) on a machine without CUDA warns "CUDA is not available" and
+disables itself: pass ``enabled=False`` when no scaling is wanted (``make_grad_scaler``
+does); never ``.half()`` the model; call ``scaler.unscale_`` once per step, before
+clipping.
 
 Example::
 
@@ -66,7 +71,11 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 
 
 def dtype_table(include_fp8: bool = True) -> list[dict[str, object]]:
-    """Bit layout and range of fp32/bf16/fp16 (and fp8 kinds torch has), from ``torch.finfo``."""
+    """Bit layout and range of fp32/bf16/fp16 (and the two common fp8 formats, e4m3fn and e5m2), from ``torch.finfo``.
+
+    torch 2.14 has three more float8 dtypes (``float8_e4m3fnuz``, ``float8_e5m2fnuz``, ``float8_e8m0fnu``) and a
+    packed ``float4_e2m1fn_x2``; 01 §1 lists them. ``min_subnormal`` is the smallest normal over 2^mantissa bits.
+    """
     kinds = [("fp32", torch.float32, 8, 23), ("bf16", torch.bfloat16, 8, 7), ("fp16", torch.float16, 5, 10)]
     if include_fp8:
         for name, attr, exp, man in (("fp8 e4m3", "float8_e4m3fn", 4, 3), ("fp8 e5m2", "float8_e5m2", 5, 2)):

@@ -144,8 +144,9 @@ def check_amp_train_step(fn, seed: int = 11) -> None:
 
 
 _NEEDS_SCALER_HINTS = {
-    torch.bfloat16: "bf16 和 fp32 一样有 8 位指数,范围相同,小梯度不会比 fp32 更早下溢;"
-                    "它只是尾数少(精度低),精度不靠损失缩放解决",
+    torch.bfloat16: "bf16 和 fp32 一样有 8 位指数,最小正规数相同(约 1.2e-38),比任何真实的梯度都小得多,"
+                    "所以不需要损失缩放;它的非正规数到得比 fp32 浅(尾数少),但那一段在 1e-38 以下,训练里碰不到。"
+                    "它缺的是精度,精度不靠损失缩放解决",
     torch.float16: "fp16 只有 5 位指数,最小正规数约 6e-5,小梯度会下溢成 0:它需要损失缩放",
     torch.float64: "fp64 的范围比 fp32 还大,不需要缩放",
     torch.float32: "fp32 本身就是参照:不需要缩放",
@@ -153,7 +154,7 @@ _NEEDS_SCALER_HINTS = {
 
 
 def check_needs_scaler(fn) -> None:
-    """``fn(dtype) -> bool``: True only for formats whose exponent range is narrower than fp32's."""
+    """``fn(dtype) -> bool``: True only for formats whose smallest normal number is larger than fp32's."""
     expected = {torch.float32: False, torch.bfloat16: False, torch.float16: True, torch.float64: False}
     answers = {}
     for dtype in expected:
@@ -165,7 +166,7 @@ def check_needs_scaler(fn) -> None:
         if answers[torch.float64] and not answers[torch.float16]:
             hint = "fp64 需要、fp16 不需要:比较方向反了。范围比 fp32 窄的格式才需要损失缩放"
         expect(answers[dtype] == want, f"needs_scaler({dtype}) 为 {want}", f"{answers[dtype]}", hint)
-    passed("只有 fp16 需要 GradScaler: 它的 5 位指数装不下小梯度;bf16 与 fp32 的指数范围相同")
+    passed("只有 fp16 需要 GradScaler: 它的 5 位指数装不下小梯度;bf16 的最小正规数和 fp32 相同")
 
 
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
@@ -179,8 +180,9 @@ HINTS: dict[str, tuple[str, ...]] = {
         "(裁剪前的范数),不是 max_norm;再确认每步开头都清空了上一步的梯度",
     ),
     "check_needs_scaler": (
-        "损失缩放要解决的是下溢:很小的梯度在这个格式里变成 0。一个格式会不会比 fp32 更早下溢,"
-        "取决于它的指数位(能表示的范围),而不是尾数位(精度)",
+        "损失缩放要解决的是下溢:很小的梯度在这个格式里变成 0。要比的是这个格式的正规数能往下表示到多小,"
+        "它由指数位数决定;非正规数还能再往下延伸一段(长短取决于尾数位数),但那一段比真实的梯度小得多。"
+        "和 1 附近的精度(eps)无关",
         "01 的「比特解剖:符号位、指数位、尾数位」一节把各格式的指数位数和能表示的最小正数列在了一起",
         "常见的错是比较 eps 或位宽(那是精度和大小),或者把比较方向写反:拿这个格式能表示的最小正规数和 fp32 的比,"
         "比 fp32 的更大才说明它更早下溢",
