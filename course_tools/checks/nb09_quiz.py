@@ -15,9 +15,11 @@ import math
 import numbers
 import random
 
+import torch
+
 from course_tools.checks import call_learner, expect, passed
 from course_tools.quiz import Question, Quiz
-from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain, troubleshooting_text
+from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain
 from course_utils.estimate import training_hours
 
 __all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "ORDER_CHOICES", "EMA_REL_TOL", "check_self_test_answers",
@@ -48,6 +50,11 @@ if len(set(ORDER_CHOICES.values())) != 4:
     raise ValueError("question 6 needs four different orders")
 
 
+# dtype facts of question 3's text, from torch.finfo (the smallest subnormal: the smallest normal over 2^mantissa bits)
+_FP32, _BF16, _FP16 = (torch.finfo(d) for d in (torch.float32, torch.bfloat16, torch.float16))
+_SUB = {"fp32": _FP32.smallest_normal * 2.0 ** -23, "bf16": _BF16.smallest_normal * 2.0 ** -7,
+        "fp16": _FP16.smallest_normal * 2.0 ** -10}
+
 QUESTIONS = [
     Question("q1", "混合精度(AMP)训练时,哪些东西是 fp32,哪些是 bf16?", choices={
         "A": "权重、梯度、激活全部是 bf16,所以显存减半",
@@ -67,11 +74,13 @@ QUESTIONS = [
        "累加上千步后 fp32 权重走出很远,bf16 权重纹丝不动。", experiment="实验 2: 同一个小更新累加 1000 次"),
     Question("q3", "为什么 bf16 不需要 GradScaler?", choices={
         "A": "bf16 的尾数位比 fp16 多",
-        "B": "bf16 有 8 位指数,动态范围与 fp32 相同,小梯度不会下溢成 0",
+        "B": f"bf16 和 fp32 一样有 8 位指数,最小正规数相同(约 {_BF16.smallest_normal:.1e}),真实的小梯度远在它之上,不会下溢成 0",
         "C": "autocast 在 bf16 下会自动放大 loss",
         "D": "bf16 的梯度总是比 fp16 的大",
-    }, answer="B", explanation="fp16 只有 5 位指数,最小次正规数约 6e-8,更小的梯度直接变 0,所以要做损失缩放(loss scaling);"
-       "bf16 的最小正规数约 1e-38,和 fp32 一样。(bf16 的尾数反而更少。)", experiment="实验 3: finfo 表和 1e-8 的转换"),
+    }, answer="B", explanation=f"fp16 只有 5 位指数,最小正规数约 {_FP16.smallest_normal:.1e},非正规数最小约 {_SUB['fp16']:.1e},"
+       f"比它的一半还小的梯度舍入成 0,所以要做损失缩放(loss scaling);bf16 的最小正规数约 {_BF16.smallest_normal:.1e},和 fp32 一样。"
+       f"(bf16 的尾数反而更少,所以它的非正规数只到约 {_SUB['bf16']:.1e},比 fp32 的约 {_SUB['fp32']:.1e} 浅;那比真实的梯度小得多。)",
+       experiment="实验 3: finfo 表,1e-8 和 1e-42 的转换"),
     Question("q4", "GradScaler 在训练步的哪些地方起作用?(多选)", kind="multi", choices={
         "A": "backward 之前: 把 loss 乘上 scale 再反向",
         "B": "前向 autocast 里: 把激活放大",
@@ -79,7 +88,7 @@ QUESTIONS = [
         "D": "step 之后: update() 根据有没有溢出调整 scale",
         "E": "保存 checkpoint 时: 把权重缩放回来",
     }, answer="ACD", explanation="scale(loss) → backward → unscale_(裁剪要在这之后) → step(有 inf 就跳过) → update;"
-       "前向和权重本身都不经过它。", experiment="实验 4: 一步一步看梯度被放大、缩回、跳过"),
+       "前向和权重本身都不经过它。", experiment="实验 4: 01 §2 里一步一步看梯度被放大、缩回、跳过"),
     Question("q5", "断点续训只存 model.state_dict() 会怎样?(多选)", kind="multi", choices={
         "A": "AdamW 的一阶/二阶矩从零开始,训练“失忆”",
         "B": "学习率调度从头开始(warmup 重来一遍)",
@@ -87,22 +96,24 @@ QUESTIONS = [
         "D": "权重会丢失",
         "E": "没有任何影响,权重在就行",
     }, answer="ABC", explanation="权重本身没丢,丢的是“训练进度”: 优化器状态、调度器进度、epoch/step、随机数状态。",
-       experiment="实验 5: 不中断 / 完整续训 / 只存权重 三条曲线"),
+       experiment="实验 5: 04 §1 的不中断 / 完整续训 / 只存权重 三条曲线"),
     Question("q6", "训练出问题时,本章的标准排查顺序(从上往下查,停在第一条对得上的症状)是哪一个?",
              choices=ORDER_CHOICES, answer="B",
              explanation="NaN/inf 最先查:之后的 loss 和 grad norm 都没有意义;标签和 loss 写法不用训练就能查,"
              "而固定的标签映射错误只有看样本才能发现;数据对齐、梯度链、学习率读同一次单 batch 过拟合的曲线,"
-             "先修代码再调参;吞吐最后:慢不等于错。全文(course_utils.debug.TROUBLESHOOTING):\n"
-             + troubleshooting_text(),
+             "先修代码再调参;吞吐最后:慢不等于错。每一步的症状和查法见 07 §2(course_utils.debug.TROUBLESHOOTING;"
+             "troubleshooting_text() 随时打印它)。",
              experiment="实验 6: 常见 bug 图鉴的曲线各对应排查顺序的哪一步"),
-    Question("q7", "grad norm 趋近 0 而且 loss 不降,可能是哪两种情况?(多选)", kind="multi", choices={
+    Question("q7", "grad norm 从训练一开始就趋近 0,loss 也不降,可能是哪两种情况?(多选)", kind="multi", choices={
         "A": "梯度链断了(误用 detach / no_grad / 张量转 numpy 再转回)",
         "B": "输出饱和(sigmoid/tanh 在饱和区,导数几乎为 0)",
         "C": "batch size 太大",
         "D": "开了梯度裁剪",
-        "E": "学习率太大",
+        "E": "学习率太小",
     }, answer="AB", explanation="学习率太小也会让 loss 平,但那时 grad norm 正常——所以 grad norm 正好用来区分两类问题。"
-       "裁剪只缩短步长,不会让范数趋 0。", experiment="实验 7: detach、饱和、小学习率三种情况的 grad norm"),
+       "裁剪只缩短步长,不会让范数趋 0。学习率太大通常让 loss 乱跳或变成 NaN;一步过大的更新也能把 ReLU 全部推死"
+       "(02 §2),之后 grad norm 也是 0,但那是在一次尖峰之后,不是从一开始。",
+       experiment="实验 7: detach、饱和、小学习率三种情况的 grad norm"),
     Question("q8", "吞吐(samples/s)骤降,但 GPU 利用率很低,先查什么?", choices={
         "A": "换一块更大的 GPU",
         "B": "数据加载: num_workers、磁盘 IO、pin_memory、CPU 上的数据增强",
