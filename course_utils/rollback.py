@@ -34,7 +34,8 @@ Example::
                         skip_batches=200)              # skips positions 700 .. 1012
     position = skips.next_position(700)                # 1013: where the restored run continues
     metrics.write(record.event()); status["history"].append(record.history_entry())
-    state["extra"]["rollback"] = skips.state_dict()    # in the checkpoint
+    rollback = Rollback(skips, enabled=True, skip_batches=200)
+    training_state(..., parts={"rollback": rollback})  # in the checkpoint: rollback.state_dict()
 
 Taught in ``12_loss_spikes`` §5 (the skip set of a rollback). Reference machinery for the
 professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``): its
