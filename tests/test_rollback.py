@@ -116,3 +116,29 @@ def test_positions_and_epochs():
     assert skips.epoch_and_batch(27) == (2, 1) and skips.position(2, 1) == 27
     with pytest.raises(ValueError):
         skips.position(0, 13)
+
+
+def test_the_rollback_part_gives_every_step_its_batch_and_keeps_newer_records(tmp_path):
+    """``Rollback.position``: step s trains the s-th position no rollback skipped (the professional script's
+    reference run: rollbacks 12 -> 8 and 21 -> 16); a checkpoint part loads back, and reloading the healthy
+    checkpoint a rollback goes back to keeps the rollback just planned."""
+    from course_utils.checkpoint import saved_parts
+    from course_utils.rollback import Rollback
+    from course_utils.runfolder import RunFolder
+
+    rollback = Rollback(SkipSet(500, 32, 0, drop_last=True), enabled=True, skip_batches=2, lr_factor=0.5)
+    first = rollback.skips.plan(bad_step=12, bad_position=11, restored_step=8, restored_position=8, skip_batches=2)
+    healthy = rollback.state_dict()  # what last_good.pt at step 16 holds
+    rollback.skips.plan(bad_step=21, bad_position=rollback.position(20), restored_step=16,
+                        restored_position=rollback.position(16), skip_batches=2)
+    assert [rollback.position(s) for s in range(30)] == [*range(0, 8), *range(14, 22), *range(29, 43)]
+    rollback.load_state_dict(healthy)  # the rollback reloads last_good.pt: its own record stays
+    assert len(rollback.skips.records) == 2
+    with RunFolder.claim(tmp_path / "run", resume=False) as run:
+        fresh = Rollback(SkipSet(500, 32, 0, drop_last=True), enabled=True, run=run)
+        fresh.load_state_dict(healthy)  # a resume: the checkpoint's records, and status.json's history
+        assert fresh.skips.records == [first] and run.history == [first.history_entry()]
+    old_layout = {"extra": {"rollback": {**healthy, "position": 22}}}  # checkpoints before the registry
+    assert saved_parts(old_layout)["rollback"]["skips"] == saved_parts({"parts": {"rollback": healthy}})["rollback"]["skips"]
+    with pytest.raises(ValueError, match="另一种数据顺序"):
+        Rollback(SkipSet(500, 64, 0, drop_last=True), enabled=True).load_state_dict(healthy)
