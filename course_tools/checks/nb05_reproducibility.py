@@ -99,11 +99,12 @@ def check_set_seed(set_seed: Callable[[int], None], seed: int = 1234) -> None:
 HINTS: dict[str, tuple[str, ...]] = {
     "check_set_seed": (
         "一次训练里有四个互不相干的全局随机数生成器:python 的 random、numpy 的全局 np.random、torch 的 CPU 生成器、"
-        "每块 GPU 的 CUDA 生成器。set_seed 要把四个都设成传入的同一个种子;漏掉一个,那一路的随机数"
-        "(打乱、数据增强、Dropout)就不受控,而且不会有任何报错",
+        "每块 GPU 的 CUDA 生成器。set_seed 要让四个都从传入的同一个种子开始(torch.manual_seed 一次就管了 torch 的 CPU "
+        "生成器和每块 GPU 的生成器);漏掉一个,那一路的随机数(打乱、数据增强、Dropout)就不受控,而且不会有任何报错",
         "05 的「1. 四个随机数生成器」一节列出了训练里谁在用哪个生成器,并演示了只漏掉 numpy 时两次运行怎样分叉",
         "常错的是 numpy 那一行:np.random.default_rng 新建一个独立的生成器,全局的 np.random 并没有被设种子"
-        "(random.Random 同理,只是新建了一个对象);其次是漏了 GPU 那一行:没有 GPU 的机器上也要写,"
-        "用给所有卡一起设种子的那个函数;最后,种子要用参数本身,不要写死一个常数",
+        "(random.Random 同理,只是新建了一个对象);其次是只给 torch 的默认 CPU 生成器对象设了种子:"
+        "torch.manual_seed 会顺带给所有 GPU 设种子(torch/random.py),生成器对象自己的 manual_seed 不会,"
+        "那就再写一行给所有卡一起设种子的函数(没有 GPU 的机器上也无害);最后,种子要用参数本身,不要写死一个常数",
     ),
 }
