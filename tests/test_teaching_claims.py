@@ -46,7 +46,7 @@ FIXED_CLAIMS = [
     # nb12 hints: inf compares greater than any finite threshold; only NaN compares False with everything
     (r"NaN/inf和任何数比较都是False", "只有 NaN 和任何数比较都是 False,inf 比任何有限数都大"),
     # 7B full fine-tune: 16 bytes per parameter with the fp32 master weights, not 12 (84 GB)
-    (r"每个参数12字节[)）]?(即|=)?84GB|12B/param", "全量微调每个参数 16 字节(含 fp32 主权重),约 112 GB"),
+    (r"每个参数12字节[)）]?(即|=)?84GB|12B/param|bf16权重和梯度、AdamW两个fp32动量[)）]", "全量微调每个参数 16 字节(含 fp32 主权重),约 112 GB"),
 ]
 
 
