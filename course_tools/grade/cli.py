@@ -1,0 +1,109 @@
+"""The command line: ``python -m course_tools.grade`` (grade a class) and ``... merge`` (combine shard reports).
+
+Part of :mod:`course_tools.grade` (its docstring is the ``--help`` text). The flags fill in
+:class:`~course_tools.grade.options.Options` and call :func:`~course_tools.grade.pipeline.grade_all`;
+the tables printed at the end come from :mod:`course_tools.grade.report`. Exit status 2 when the
+sandbox cannot start, a reference notebook is malformed or shard reports cannot be merged.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from course_tools.cputime import WALL_FACTOR
+from course_tools.grade.options import Options
+from course_tools.grade.pipeline import ROOT, grade_all
+from course_tools.grade.report import merge_reports, pass_rate_table, table
+from course_tools.release import AuthoringError
+from course_tools.sandbox import GiB, Limits, SandboxUnavailable
+
+__all__ = ["main"]
+
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise argparse.ArgumentTypeError("格式为 K/N,1 ≤ K ≤ N,例如 2/4")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _size_arg(text: str) -> int:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([GgMm])?i?[Bb]?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError("例如 6G 或 4096M")
+    return int(float(match.group(1)) * (2 ** 20 if (match.group(2) or "G").upper() == "M" else GiB))
+
+
+def _merge(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m course_tools.grade merge",
+                                description="Combine the reports of --shard runs into one.")
+    p.add_argument("inputs", nargs="+", type=Path, help="the shards' grades CSV files")
+    p.add_argument("--report", type=Path, required=True, help="the combined CSV to write")
+    args = p.parse_args(argv)
+    try:
+        grades = merge_reports(args.inputs, args.report)
+    except (ValueError, OSError) as exc:
+        print(f"无法合并: {exc}", file=sys.stderr)
+        return 2
+    print(table(grades))
+    print(f"\n{pass_rate_table(grades)}\n\nwrote {args.report}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    from course_tools import grade as package   # the package's docstring is the help text
+
+    p = argparse.ArgumentParser(prog="python -m course_tools.grade", description=package.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("submissions", nargs="+", type=Path, help="notebooks, learner folders, or class folders")
+    p.add_argument("--report", type=Path, default=None, help="CSV to write (also .checks.csv, .files.csv, "
+                   ".pass_rate.csv and a _feedback/ folder next to it)")
+    p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
+    d = Options()
+    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout,
+                   help=f"CPU seconds per cell; a cell that sleeps is stopped after {WALL_FACTOR}x this in wall time "
+                        f"(default {d.cell_timeout:g})")
+    p.add_argument("--timeout", type=float, default=d.timeout,
+                   help=f"hard limit per notebook in CPU seconds, all reruns included; {WALL_FACTOR}x this in wall time "
+                        f"at most (default {d.timeout:g})")
+    p.add_argument("--jobs", type=int, default=d.jobs, help=f"notebooks graded at the same time (default {d.jobs})")
+    p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")
+    p.add_argument("--memory", type=_size_arg, default=d.limits.memory,
+                   help=f"address-space limit per process (default {d.limits.memory / GiB:g}G)")
+    p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
+    p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review instead of stubbing them")
+    p.add_argument("--require-commits", action="store_true",
+                   help="homework: a history that fails the commit-discipline verdict scores 0 (default: reported only)")
+    p.add_argument("--no-homework", action="store_true", help="grade the notebooks only, not the homework scripts")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:
+        return _merge(argv[1:])
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.resume and not args.report:
+        p.error("--resume 需要 --report")
+    options = Options(cell_timeout=args.cell_timeout, timeout=args.timeout, jobs=max(1, args.jobs),
+                      sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged,
+                      homework=not args.no_homework, require_commits=args.require_commits)
+    try:
+        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume)
+    except SandboxUnavailable as exc:
+        print(f"无法启动沙箱: {exc}", file=sys.stderr)
+        return 2
+    except AuthoringError as exc:
+        print(f"参考 notebook 有编写错误: {exc}", file=sys.stderr)
+        return 2
+    print(table(grades))
+    print(f"\n{pass_rate_table(grades)}")
+    if args.report:
+        print(f"\nwrote {args.report} (+ .checks.csv, .files.csv, .pass_rate.csv, .similarity.csv, "
+              f"{args.report.stem}_feedback/)")
+    return 0

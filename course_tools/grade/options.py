@@ -1,0 +1,38 @@
+"""The settings of one grading run (:class:`Options`), shared by every step that runs learner code.
+
+Part of :mod:`course_tools.grade`: the command line (:mod:`course_tools.grade.cli`) fills them in, the
+class run (:mod:`course_tools.grade.pipeline`) and the notebook step (:mod:`course_tools.grade.notebook`)
+read them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from course_tools.grade.homework import HOMEWORK_LIMITS
+from course_tools.sandbox import Limits
+
+__all__ = ["Options"]
+
+
+@dataclass
+class Options:
+    """How notebooks are run. ``cell_timeout``, ``timeout``: CPU seconds per cell and per notebook (all its
+    runs), each with a wall-clock backstop of ``WALL_FACTOR`` times that; ``grace``: seconds (wall) a cell
+    gets to stop after its interrupt."""
+
+    cell_timeout: float = 120.0
+    timeout: float = 900.0
+    grace: float = 10.0
+    jobs: int = 1
+    sandbox: bool = True
+    limits: Limits = field(default_factory=Limits)
+    run_flagged: bool = False
+    homework: bool = True
+    require_commits: bool = False
+    homework_limits: Limits = HOMEWORK_LIMITS
+
+    @property
+    def threads(self) -> int:
+        """Torch/OpenMP threads per kernel: the cores shared between the parallel kernels."""
+        return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else 0
