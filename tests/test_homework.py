@@ -391,3 +391,44 @@ def test_files_written_by_the_script_are_read_with_care(tmp_path, monkeypatch):
     (out / "config.json").write_text("[" * 100_000, encoding="utf-8")
     with pytest.raises(CheckFailed, match="合法 JSON"):
         homework_files.read_config(out)
+
+
+class _Exiting:
+    """A run seen alive at its first ``alive`` polls, exited with ``rc`` from then on (crashed when rc != 0)."""
+
+    def __init__(self, tmp_path, alive: int, rc: int):
+        self.polls, self.alive, self.rc, self.kill_after, self.what, self.advice = 0, alive, rc, None, "对照脚本", ""
+        self.out, self.script, self.args = tmp_path / "out", tmp_path / "debug_overfit_broken_labels.py", []
+
+    def poll(self):
+        self.polls += 1
+        return None if self.polls <= self.alive else self.rc
+
+    def output(self):
+        return "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyError: 'accuracy'\n"
+
+    def crashed(self):
+        return self.rc != 0
+
+    def killed_as_planned(self):
+        return False
+
+    def max_step(self):
+        return 2
+
+    def command(self):
+        return "python debug_overfit_broken_labels.py"
+
+    def kill(self):
+        pass
+
+    def cpu(self):
+        return 0.0
+
+
+def test_watch_judges_a_run_that_exits_between_two_polls(tmp_path):
+    """issue 29: the healthy run has finished; the twin crashes right after the look that judged it alive. A
+    fresh poll after the verdicts must not end the watch on a crash it never judged (it did under load)."""
+    with pytest.raises(CheckFailed) as info:
+        homework_runs.watch([_Exiting(tmp_path, alive=0, rc=0), _Exiting(tmp_path, alive=1, rc=1)], ok=False)
+    assert "KeyError: 'accuracy'" in info.value.found and "不崩溃" in info.value.expected

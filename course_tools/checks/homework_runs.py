@@ -298,8 +298,8 @@ def watch(runs: list[Run], limit: int | None = None, ok: bool = True, resumed: b
                 if rc is None and run.kill_after is not None and run.max_step() > run.kill_after:
                     run.polled = True
                     run.kill()
-            if all(run.poll() is not None for run in runs):
-                return
+            if all(rc is not None for rc in codes):
+                return  # every run had exited when its exit was judged above (a fresh poll could skip a crash)
             now = time.monotonic()
             if now >= next_clock:
                 next_clock, wall = now + _CLOCK_EVERY, now - start > WALL_FACTOR * CPU_LIMIT
