@@ -14,7 +14,7 @@ read-modify-write, and the write itself is atomic (``course_utils.durable.atomic
 
 ``python -m course_tools.progress`` prints the dashboard: per notebook the exercises passed
 (counted from the released notebooks' check cells), the self-test score, the homework
-upgrades (``course_tools.checks.nb10_homework.UPGRADES``) and the next unfinished exercise
+upgrades (``course_tools.checks.upgrades.UPGRADE_LIST``) and the next unfinished exercise
 with its notebook section; :func:`show` renders the same as HTML in a notebook.
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ except ImportError:  # Windows: one kernel at a time is the common case there; t
     fcntl = None  # type: ignore[assignment]
 
 from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
+from course_tools.checks.upgrades import UPGRADE_LIST
 from course_utils.durable import atomic_write_json
 
 __all__ = ["LEDGER_NAME", "NOTEBOOKS", "ledger_path", "load", "record_check", "record_hint", "record_quiz",
@@ -246,9 +247,7 @@ class Row:
 
 def _homework() -> list[tuple[int, str, str]]:
     """``(number, title, ledger key)`` of each homework upgrade."""
-    from course_tools.checks.nb10_homework import UPGRADES
-
-    return [(u.number, u.title, f"nb10_homework.{u.check.__name__}") for u in UPGRADES]
+    return [(u.number, u.title, f"nb10_homework.{u.check}") for u in UPGRADE_LIST]
 
 
 def dashboard(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> list[Row]:

@@ -53,6 +53,7 @@ from course_tools.checks import expect, passed
 from course_tools.checks import homework_files as files
 from course_tools.checks.homework_resume import interrupted_and_resumed, polled_note
 from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch, script_path
+from course_tools.checks.upgrades import HEALTHY, TRAIN, TWIN, UPGRADE_LIST, UpgradeInfo
 from course_utils.repro import git_commit
 
 __all__ = ["SEED", "SMALL_RUN", "RESUME_RUN", "Upgrade", "UPGRADES", "TRAIN", "HEALTHY", "TWIN", "check_config",
@@ -324,14 +325,15 @@ def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: i
 
 @dataclass(frozen=True)
 class Upgrade:
-    """One upgrade of the homework: its check, the scripts (in the homework folder) it runs, and the
-    reference answer's commit for it (``patch``, relative to ``solutions/homework``)."""
+    """One upgrade of :data:`~course_tools.checks.upgrades.UPGRADE_LIST` with its check function."""
 
-    number: int
-    title: str
-    scripts: tuple[str, ...]
+    info: UpgradeInfo
     check: Callable[..., str]
-    patch: str
+
+    number = property(lambda self: self.info.number)
+    title = property(lambda self: self.info.title)
+    scripts = property(lambda self: self.info.scripts)
+    patch = property(lambda self: self.info.patch)
 
     def run(self, folder: Path, **kw: Any) -> str:
         """Run the check on the scripts in ``folder``; the passed message, or :class:`CheckFailed`.
@@ -343,14 +345,8 @@ class Upgrade:
         return self.check(*(Path(folder) / name for name in self.scripts), **kw)
 
 
-TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_broken_labels.py"
-UPGRADES: tuple[Upgrade, ...] = (
-    Upgrade(1, "种子 + config.json", (TRAIN,), check_config, "upgrades/1_seed_config.patch"),
-    Upgrade(2, "完整检查点 + kill 后续训", (TRAIN,), check_resume, "upgrades/2_checkpoint_resume.patch"),
-    Upgrade(3, "梯度裁剪 + grad norm 日志", (TRAIN,), check_clipping, "upgrades/3_clipping.patch"),
-    Upgrade(4, "EMA 权重 + 并排评估", (TRAIN,), check_ema, "upgrades/4_ema.patch"),
-    Upgrade(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), check_overfit, "upgrades/5_debug_overfit.patch"),
-)
+_CHECKS = {f.__name__: f for f in (check_config, check_resume, check_clipping, check_ema, check_overfit)}
+UPGRADES: tuple[Upgrade, ...] = tuple(Upgrade(info, _CHECKS[info.check]) for info in UPGRADE_LIST)
 
 
 # ------------------------------------------------------------------ hints in tiers (course_tools.checks.hint)
