@@ -331,7 +331,6 @@ def test_overfit_one_batch_and_sanity_report():
     assert report["initial_loss_ok"] and report["params_without_grad"] == [] and sum(report["label_counts"]) == 16
     losses = debug.overfit_one_batch(model, x, y, steps=100)
     assert losses[-1] < 0.05 < losses[0]
-    model.head.weight.requires_grad_(True)
     frozen = build_model("tiny", width=8)
     frozen.features[0].weight.register_hook(lambda g: torch.zeros_like(g))
     assert "features.0.weight" in debug.sanity_report(frozen, x, y)["params_without_grad"]
