@@ -34,11 +34,11 @@ FIXED_CLAIMS = [
     # 08b: a stored MFU of ~25% sits near the band the same cell calls normal for large models
     (r"MFU很低", "MFU 的高低要对照同一个峰值说,不能笼统地说很低"),
     # 06: the compute-bound run measured 1.06x with 4 workers on 2 cores (under load): it does not reach the cores
-    (r"涨到核数附近就停", "计算型最多快到核数那么多倍,机器忙时可能几乎不涨"),
+    (r"涨到核数附近就停", "计算型最多快到大约核数那么多倍,机器忙时可能几乎不涨"),
     # 12: for the bad-data runs the healthy checkpoint is exactly at the bad step: nothing is redone
     (r"往回走了一段", "坏数据的回滚不重算任何一步(restored_step == bad_step)"),
     # 09 / q7: one oversized step can kill every ReLU of a layer (02 §2), after which the grad norm is 0 too
-    (r"而不是gradnorm趋0|学习率太大.{0,12}不会让.{0,8}(范数|gradnorm)趋", "学习率太大也能让 grad norm 趋 0(死掉的 ReLU)"),
+    (r"而不是gradnorm趋0|学习率太大.{0,12}不会让.{0,8}(范数|gradnorm)趋", "学习率太大也能一步推死一层 ReLU,那之前的各层从此拿不到梯度"),
     # 08b: the peak-memory processes run one after the other (the code's own comment), not side by side
     (r"两个进程同时启动", "测内存的两个进程是先后运行的"),
     # nb05 hints: torch.manual_seed seeds every GPU too (torch/random.py); the mistake is a CPU generator object only
