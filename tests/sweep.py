@@ -41,3 +41,23 @@ def failure_twice(check: Callable[..., Any], *args: Any) -> str:
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     return messages[0]
+
+
+def fails_naming(check: Callable[..., Any], fn: Callable[..., Any], hint: str | None = None, **kwargs: Any) -> str:
+    """``check(fn, **kwargs)`` fails with an 期望/实际 message that names ``hint`` when one is given; the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(fn, **kwargs)
+    message = str(info.value)
+    assert message.startswith("期望"), message
+    if hint:
+        assert hint in message, (kwargs, message)
+    return message
+
+
+def sweep_verdicts(check: Callable[..., Any], solution: Callable[..., Any],
+                   wrong: dict[str, tuple[Callable[..., Any], str | None]], seeds=range(1, 51)) -> None:
+    """With every seed: the check passes on ``solution`` and fails on each wrong answer, naming its hint."""
+    for seed in seeds:
+        check(solution, seed=seed)
+        for fn, hint in wrong.values():
+            fails_naming(check, fn, hint, seed=seed)

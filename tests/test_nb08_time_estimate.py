@@ -16,6 +16,7 @@ from course_tools.checks.nb08_time_estimate import check_estimate_hours
 from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
+from tests.sweep import fails_naming, sweep_verdicts
 
 NAME = "08_time_estimate.ipynb"
 
@@ -126,21 +127,9 @@ def test_a_failure_prints_digits_that_differ_and_the_tolerance(factor):
 
 @pytest.mark.parametrize("name", sorted(WRONG_ANSWERS))
 def test_check_fails_on_typical_wrong_answers(name):
-    fn, hint = WRONG_ANSWERS[name]
-    with pytest.raises(CheckFailed) as info:
-        check_estimate_hours(fn)
-    assert str(info.value).startswith("期望"), str(info.value)
-    if hint:
-        assert hint in str(info.value), str(info.value)
+    fails_naming(check_estimate_hours, *WRONG_ANSWERS[name])
 
 
 @pytest.mark.slow
 def test_verdicts_do_not_depend_on_the_seed():
-    solution = run_source(_pairs(0)[0])["estimate_hours"]
-    for seed in range(1, 51):
-        check_estimate_hours(solution, seed=seed)
-        for wrong, (fn, hint) in WRONG_ANSWERS.items():
-            with pytest.raises(CheckFailed) as info:
-                check_estimate_hours(fn, seed=seed)
-            if hint:
-                assert hint in str(info.value), (wrong, seed, str(info.value))
+    sweep_verdicts(check_estimate_hours, run_source(_pairs(0)[0])["estimate_hours"], WRONG_ANSWERS)

@@ -12,7 +12,7 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08b_flops_memory import check_peak_memory, check_step_flops
 from tests.notebook_cells import answer_lines_in, exercise_pairs, run_source, stub_hints
-from tests.sweep import SWEEP_SEEDS
+from tests.sweep import SWEEP_SEEDS, fails_naming, sweep_verdicts
 
 NAME = "08b_flops_memory.ipynb"
 
@@ -168,35 +168,18 @@ _WRONG = {"flops": (check_step_flops, FLOP_WRONG_ANSWERS), "memory": (check_peak
 @pytest.mark.parametrize("exercise, name", [(e, n) for e, (_, answers) in _WRONG.items() for n in sorted(answers)])
 def test_check_fails_on_typical_wrong_answers(exercise, name):
     check, answers = _WRONG[exercise]
-    fn, hint = answers[name]
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    assert str(info.value).startswith("期望"), str(info.value)
-    if hint:
-        assert hint in str(info.value), str(info.value)
+    fails_naming(check, *answers[name])
 
 
 @pytest.mark.slow
 def test_flop_verdicts_do_not_depend_on_the_seed():
-    check, answers = _WRONG["flops"]
-    solution = run_source(_pairs(0)[0])["step_flops"]
-    for seed in range(1, 51):
-        check(solution, seed=seed)
-        for wrong, (fn, hint) in answers.items():
-            with pytest.raises(CheckFailed) as info:
-                check(fn, seed=seed)
-            if hint:
-                assert hint in str(info.value), (wrong, seed, str(info.value))
+    sweep_verdicts(check_step_flops, run_source(_pairs(0)[0])["step_flops"], FLOP_WRONG_ANSWERS)
 
 
 @pytest.mark.slow
 def test_memory_verdicts_do_not_depend_on_the_seed():
     solution = run_source(_pairs(1)[0])["peak_memory_bytes"]
+    inputs_and_logits = lambda w, b: _budget(w, b) + 4 * b * (w[0] + w[-1])   # also right
     for seed in SWEEP_SEEDS:
-        check_peak_memory(solution, seed=seed)
-        check_peak_memory(lambda w, b: _budget(w, b) + 4 * b * (w[0] + w[-1]), seed=seed)
-        for name, (fn, hint) in MEMORY_WRONG_ANSWERS.items():
-            with pytest.raises(CheckFailed) as info:
-                check_peak_memory(fn, seed=seed)
-            if hint:
-                assert hint in str(info.value), (name, seed, str(info.value))
+        check_peak_memory(inputs_and_logits, seed=seed)
+    sweep_verdicts(check_peak_memory, solution, MEMORY_WRONG_ANSWERS, seeds=SWEEP_SEEDS)
