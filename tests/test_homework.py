@@ -8,6 +8,7 @@ the scripted learner (real training, one round per upgrade) is tests/test_homewo
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -432,3 +433,23 @@ def test_watch_judges_a_run_that_exits_between_two_polls(tmp_path):
     with pytest.raises(CheckFailed) as info:
         homework_runs.watch([_Exiting(tmp_path, alive=0, rc=0), _Exiting(tmp_path, alive=1, rc=1)], ok=False)
     assert "KeyError: 'accuracy'" in info.value.found and "不崩溃" in info.value.expected
+
+
+def test_the_reading_map_of_the_professional_script_points_at_real_sections():
+    """10's last section maps each thing the professional script adds to "NN §k" of a notebook: each exists."""
+    cells = nbformat.read(ROOT / "solutions" / "10_homework.ipynb", as_version=4).cells
+    table = next(c.source for c in cells if c.cell_type == "markdown" and "## 参考答案,以及专业版脚本的导读" in c.source)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| 专业版多出来的")]
+    assert len(rows) >= 10
+    pointed = 0
+    for row in rows:
+        where = row.rstrip(" |").rsplit("|", 1)[-1]
+        for notebook, sections in re.findall(r"(\d\d\w?) ((?:§\d+(?:–\d+)?[、,]?\s*)+)", where):
+            path = next((ROOT / "solutions").glob(f"{notebook}_*.ipynb"))
+            headings = {int(m) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+                        for m in re.findall(r"^## (\d+)\.", c.source, flags=re.MULTILINE)}
+            for a, b in re.findall(r"§(\d+)(?:–(\d+))?", sections):
+                wanted = set(range(int(a), int(b or a) + 1))
+                assert wanted <= headings, f"{row}: {path.name} has no section {sorted(wanted - headings)}"
+                pointed += 1
+    assert pointed >= 15
