@@ -22,7 +22,8 @@ Example::
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
 
-Taught in ``01_amp`` §2–6.
+Taught in ``01_amp`` §1–2 (the dtype table, GradScaler), §4 (autocast per op) and §6 (speed and memory; the
+master weights and ``.float()`` sections use plain torch).
 """
 from __future__ import annotations
 

@@ -21,8 +21,9 @@ FLOP accounting, MFU and a memory budget (what to predict before the GPU exists)
     budget = memory_budget(count_parameters(model), activations_bytes=saved_activation_bytes(model, x, y))
     counted = measured_memory(model, optimizer, x, y)   # the same four parts, tensor by tensor, after one step
 
-Taught in ``08_time_estimate`` §1–3 (time) and ``08b_flops_memory`` §1–4 (FLOPs, MFU, memory) and §6 (the memory
-exercise's check).
+Taught in ``08_time_estimate`` §3 (throughput, hours and cost; §1–2 time the steps by hand first) and §5 (the
+unit trap), and ``08b_flops_memory`` §0–4 (FLOPs, MFU, memory; the check of §6's exercise measures with
+``measured_memory``).
 """
 from __future__ import annotations
 
