@@ -9,7 +9,7 @@
 #   (d) the professional script under torchrun with NCCL, one process per GPU (a single GPU still
 #       takes the NCCL path): a run, SIGKILL of the whole job + --resume, SIGTERM to one rank +
 #       --resume, each compared step by step; with one GPU also against a plain python run
-#   (e) the training step's MFU on the GPU (08 §7): SmallCNN model FLOPs (FlopCounterMode) x steps/s,
+#   (e) the training step's MFU on the GPU (08b §2): SmallCNN model FLOPs (FlopCounterMode) x steps/s,
 #       fp32 and bf16 autocast, over a matmul peak of the same dtype measured there (bench/mfu_check.py)
 #
 # Usage (from anywhere; needs the repo's requirements installed with a CUDA build of torch):
