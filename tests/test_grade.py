@@ -25,8 +25,9 @@ import pytest
 from course_tools import cputime, grade, sandbox
 from course_tools.grade import kernel as grade_kernel, plan as grade_plan, report as grade_report
 from course_tools.grade.answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
-from course_tools.grade.collect import UnreadableNotebook, collect, read_notebook
+from course_tools.grade.collect import collect
 from course_tools.grade.kernel import Budget, run_cells
+from course_tools.grade.plan import UnreadableNotebook, read_notebook
 from course_tools.grade.report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
 from course_tools.grade.scan import scan
 from course_tools.release import learner_notebook

@@ -25,7 +25,7 @@ of the workbook with its ``.git`` (``clone-git``) or without (``clone``; a folde
 looked at), or a ``homework/`` folder with the scripts (``folder``). A second form is reported,
 never graded. A clone counts as one submission when the learner folders' depth is decided.
 
-:func:`read_notebook` reads nbformat v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4.
+Each graded notebook is read later, by :func:`course_tools.grade.plan.read_notebook`.
 
 Example::
 
@@ -33,29 +33,19 @@ Example::
 """
 from __future__ import annotations
 
-import codecs
 import os
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
+__all__ = ["Item", "Finding", "FORMS", "collect", "reference_number", "is_clone"]
 
-__all__ = ["Item", "Finding", "UnreadableNotebook", "FORMS", "collect", "read_notebook", "reference_number",
-           "is_clone"]
-
-_MAX_BYTES = 50 * 2 ** 20
 _MAX_DEPTH = 4          # folders below a learner folder that are searched for notebooks
 _MAX_ENTRIES = 5000     # entries looked at per learner
 _HIDDEN = ("__MACOSX",)
 # Homework forms, most complete first (history beats none); the description goes into grades.files.csv.
 FORMS = {"bundle": "作业: git bundle(含提交历史)", "clone-git": "作业: 练习册克隆(含 .git 提交历史)",
          "clone": "作业: 练习册克隆(没有 .git)", "folder": "作业: homework/ 文件夹(没有提交历史)"}
-
-
-class UnreadableNotebook(ValueError):
-    """A submitted file that is not a readable notebook; ``str()`` says why, in Chinese."""
 
 
 @dataclass
@@ -380,29 +370,3 @@ def collect(paths: list[Path], references: list[Path], graded: set[str] | None =
         else:
             collector.report(label, "", "不存在")
     return collector.items, collector.findings
-
-
-def read_notebook(path: Path) -> nbformat.NotebookNode:
-    """``path`` as an nbformat v4 notebook (v3 converted; BOM and UTF-16 accepted), never following a symlink."""
-    if path.is_symlink():
-        raise UnreadableNotebook("符号链接,已拒绝")
-    size = path.stat().st_size
-    if size > _MAX_BYTES:
-        raise UnreadableNotebook(f"文件过大({size / 2 ** 20:.0f} MiB)")
-    data = path.read_bytes()
-    try:
-        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            text = data.decode("utf-16")
-        else:
-            text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UnreadableNotebook(f"不是 UTF-8 文本: {exc.reason}") from None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            nb = nbformat.convert(nbformat.reader.reads(text), 4)
-    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for bad input
-        raise UnreadableNotebook(f"不是有效的 notebook JSON: {str(exc)[:120]}") from None
-    if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) for c in nb.cells):
-        raise UnreadableNotebook("不是有效的 notebook JSON: 没有 cells 列表")
-    return nb

@@ -23,10 +23,10 @@ import nbformat
 from course_tools.cells import CHECK, tagged
 from course_tools.cputime import WALL_FACTOR
 from course_tools.grade.answers import score_outside
-from course_tools.grade.collect import Item, UnreadableNotebook, read_notebook
+from course_tools.grade.collect import Item
 from course_tools.grade.kernel import DEADLINES, Budget, CellResult, RunResult, run_cells
 from course_tools.grade.options import Options
-from course_tools.grade.plan import Plan, cell_source, make_plan
+from course_tools.grade.plan import Plan, UnreadableNotebook, cell_source, make_plan, read_notebook
 from course_tools.grade.report import CheckOutcome, Grade
 from course_tools.sandbox import GiB, KernelBox
 

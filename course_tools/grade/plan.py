@@ -1,9 +1,11 @@
 """The notebook the grader runs for one submission: the reference as released, with the learner's exercises put in.
 
-Reference machinery of :mod:`course_tools.grade` (not taught). :func:`references` reads the
-graded reference notebooks; :func:`merge_exercises` takes every cell from the reference except
-the source of the ``exercise`` cells, which comes from the learner (matched by cell id, then by
-the functions they define, then by order); :func:`make_plan` adds what the grader must know about
+Reference machinery of :mod:`course_tools.grade` (not taught), its plan/merge step. :func:`references`
+reads the graded reference notebooks; :func:`read_notebook` reads a learner's submitted file (nbformat
+v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4; never through a symlink, size-capped);
+:func:`merge_exercises` takes every cell from the reference except the source of the ``exercise``
+cells, which comes from the learner (matched by cell id, then by the functions they define, then by
+order); :func:`make_plan` adds what the grader must know about
 the cells (checks, their exercises, stubs, outside-scored checks, the tamper scan's flags).
 
 Example::
@@ -14,7 +16,9 @@ Example::
 from __future__ import annotations
 
 import ast
+import codecs
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +29,15 @@ from course_tools.grade.answers import OutsideCheck, outside_check
 from course_tools.grade.scan import Flag, scan
 from course_tools.release import learner_notebook
 
-__all__ = ["cell_source", "references", "merge_exercises", "Plan",
+__all__ = ["UnreadableNotebook", "cell_source", "references", "read_notebook", "merge_exercises", "Plan",
            "make_plan"]
 
 _MAX_SOURCE = 100_000  # characters of one exercise cell
+_MAX_BYTES = 50 * 2 ** 20  # one submitted notebook file
+
+
+class UnreadableNotebook(ValueError):
+    """A submitted file that is not a readable notebook; ``str()`` says why, in Chinese."""
 
 
 def cell_source(cell) -> str:
@@ -57,6 +66,32 @@ def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.Notebook
         if any(tagged(c, CHECK) for c in released.cells):
             graded[path.name] = released
     return paths, graded
+
+
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """``path`` as an nbformat v4 notebook (v3 converted; BOM and UTF-16 accepted), never following a symlink."""
+    if path.is_symlink():
+        raise UnreadableNotebook("符号链接,已拒绝")
+    size = path.stat().st_size
+    if size > _MAX_BYTES:
+        raise UnreadableNotebook(f"文件过大({size / 2 ** 20:.0f} MiB)")
+    data = path.read_bytes()
+    try:
+        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            text = data.decode("utf-16")
+        else:
+            text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnreadableNotebook(f"不是 UTF-8 文本: {exc.reason}") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nb = nbformat.convert(nbformat.reader.reads(text), 4)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for bad input
+        raise UnreadableNotebook(f"不是有效的 notebook JSON: {str(exc)[:120]}") from None
+    if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) for c in nb.cells):
+        raise UnreadableNotebook("不是有效的 notebook JSON: 没有 cells 列表")
+    return nb
 
 
 # ---------------------------------------------------------------- building the notebook to run
