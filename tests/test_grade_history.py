@@ -1,4 +1,5 @@
-"""course_tools.grade.commits: the learner's commits found in clones, git folders and bundles, safely; the verdicts.
+"""course_tools.grade.commits, .discipline: the learner's commits found in clones, git folders and bundles,
+safely; the verdicts.
 
 Pure git, no torch: every repository is built here (a small stand-in for the course repository,
 learner clones of it with one commit per upgrade, squashed and out-of-order histories, bundles,
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from course_tools.grade import commits as grade_history
-from course_tools.grade.commits import (HOMEWORK, NO_HISTORY, Commit, HistoryError, judge_discipline,
-                                        open_history)
+from course_tools.grade.commits import HOMEWORK, Commit, HistoryError, open_history
+from course_tools.grade.discipline import NO_HISTORY, judge_discipline
 from tests.homework_scripts import PATCHES, apply_upgrade, learner_repo
 
 BASELINE = (grade_history.ROOT / HOMEWORK / "train_cifar.py").read_bytes()

@@ -43,8 +43,10 @@ One step per module, nbgrader-style, each handing the next one small value:
 - ``kernel``: run a ``Plan``'s cells in a sandboxed kernel -> ``RunResult`` (per cell: ``CellResult``);
 - ``answers``: the checks scored outside the kernel (the self-test answers) -> (passed, message);
 - ``notebook``: one learner x notebook, from ``Item`` to ``Grade`` (plan, kernel, reruns, answers);
-- ``homework``: one learner's homework scripts through the upgrade checks -> ``Grade``;
-- ``commits``: the homework's git history read safely, and the verdict on its commits;
+- ``homework`` (``homework_files``: the handed-in files, copied safely): one learner's homework scripts
+  through the upgrade checks -> ``Grade``;
+- ``commits``: the homework's git history, read safely -> ``History`` (its ``Commit`` list);
+- ``discipline``: the verdict on those commits (one upgrade per commit, in order) -> ``Discipline``;
 - ``similarity``: near-copies among the learners' scripts -> ``SimilarityRow``;
 - ``report``: ``Grade`` rows to CSV, feedback, pass rates, merged shards;
 - ``pipeline``: a class (collect, shard, grade each item, report); ``options``: the run's settings;

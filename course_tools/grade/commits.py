@@ -1,10 +1,11 @@
-"""Commit discipline of the homework: read a learner's git history without trusting it, judge the commits.
+"""The homework's commits: read a learner's git history without trusting it (the verdict: ``discipline``).
 
 Reference machinery for the grader (``course_tools.grade``), not taught. The homework
 (``10_homework.ipynb``) asks for each upgrade in its own commit, in order. The grader hands
 :func:`open_history` what the learner submitted:
 
-- a plain folder without history: ``None`` (nothing to judge, no penalty: :data:`NO_HISTORY`);
+- a plain folder without history: ``None`` (nothing to judge, no penalty:
+  :data:`~course_tools.grade.discipline.NO_HISTORY`);
 - the learner's clone of the workbook (``path/.git`` a folder) or a git folder itself (``path``
   holds ``HEAD``, ``objects/`` and ``refs/``): the history of its ``HEAD``;
 - a git bundle (``git bundle create hw.bundle homework-0.4``; recognised by its first line
@@ -18,7 +19,8 @@ commit on the first-parent line of the head that is also a commit of the course 
 ``notebooks/homework/train_cifar.py`` equals the released baseline byte for byte; failing
 that, the root commit. :attr:`History.commits` are the learner's commits after it on that
 line, oldest first (merges included: they are on the learner's line). The grader runs each
-upgrade's check on :meth:`History.export` of a commit and hands :func:`judge_discipline` the
+upgrade's check on :meth:`History.export` of a commit and hands
+:func:`~course_tools.grade.discipline.judge_discipline` the
 first commit at which each check passed.
 
 Security: the history is untrusted and the grader runs as the instructor. No git command ever
@@ -41,8 +43,6 @@ Example::
     history = open_history(Path("submissions/alice"), Path(tmp))   # None: a plain folder
     for commit in history.commits:
         scripts = history.export(commit, Path(tmp) / commit.short)
-    verdict = judge_discipline(history.commits, {1: c1, 2: c2, 3: c2, 4: None})
-    verdict.ok, verdict.column, verdict.notes    # False, "不合格: 升级 2+3 在同一提交", [...]
 """
 from __future__ import annotations
 
@@ -51,11 +51,10 @@ import re
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "Discipline", "NO_HISTORY", "open_history",
-           "judge_discipline"]
+__all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "open_history"]
 
 ROOT = Path(__file__).resolve().parents[2]
 HOMEWORK = "notebooks/homework"          # where the learner's scripts live in the workbook
@@ -90,19 +89,6 @@ class Commit:
     sha: str
     short: str
     subject: str
-
-
-@dataclass(frozen=True)
-class Discipline:
-    """The verdict on commit discipline: ``ok``, a short Chinese ``column`` for the CSV, ``notes`` for the feedback."""
-
-    ok: bool
-    column: str
-    notes: list[str] = field(default_factory=list)
-
-
-NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)",
-                        ["交来的是普通文件夹, 没有提交历史: 提交纪律无从检查, 不扣分"])
 
 
 def _environment(home: Path) -> dict[str, str]:
@@ -318,6 +304,43 @@ def _bundle_head(refs: list[tuple[str, str]], home: Path, repo: Path) -> str:
     return max(names, key=lambda n: (dates[n], n))
 
 
+def _fetch_bundle(path: Path, home: Path, repo: Path) -> None:
+    """A copy of the bundle ``path``, verified, fetched into ``repo``; its head ref becomes ``_HEAD_REF``."""
+    budget = [_MAX_COPY_BYTES, 1]
+    data = _read_regular(path, budget)
+    if data is None or not data.startswith(_BUNDLE_SIGNATURES):
+        raise HistoryError(f"{path.name} 不是 git bundle (应由 git bundle create hw.bundle {_BRANCH} 生成)")
+    bundle = home / "hw.bundle"
+    bundle.write_bytes(data)
+    try:
+        _git(home, repo, "bundle", "verify", str(bundle), what="bundle 校验失败")
+    except HistoryError as error:
+        hint = (f"; 它依赖不在其中的提交, 请用 git bundle create hw.bundle {_BRANCH} 打包整个分支"
+                if "prerequisite" in str(error) or "lacks these" in str(error) else "")
+        raise HistoryError(f"{error}{hint}") from None
+    refs = [tuple(line.split(" ", 1)) for line in
+            _git(home, repo, "bundle", "list-heads", str(bundle), what="读取 bundle").decode().splitlines()]
+    if not refs:
+        raise HistoryError("bundle 里没有分支")
+    _git(home, repo, "fetch", "-q", "--no-tags", str(bundle),
+         *(f"+{name}:refs/grader/all/{i}" for i, (_, name) in enumerate(refs)), what="读取 bundle")
+    head = _bundle_head(refs, home, repo)
+    _git(home, repo, "update-ref", _HEAD_REF, dict((n, s) for s, n in refs)[head], what="读取 bundle")
+    bundle.unlink()
+
+
+def _fetch_git_dir(git_dir: Path, home: Path, repo: Path) -> None:
+    """The history parts of ``git_dir``, copied into a fresh bare repository, fetched into ``repo`` as ``_HEAD_REF``."""
+    copy = home / "copy"
+    _git(home, None, "init", "-q", "--bare", str(copy), what="建立空仓库")
+    (copy / "HEAD").unlink()
+    _copy_git_dir(git_dir, copy)
+    if not (copy / "HEAD").is_file():
+        raise HistoryError(".git 里没有 HEAD")
+    _git(home, repo, "fetch", "-q", "--no-tags", "--update-shallow", str(copy), f"+HEAD:{_HEAD_REF}",
+         what="读取仓库 (可能损坏, 或 HEAD 上还没有提交)")
+
+
 def open_history(path: Path, scratch: Path, course: Path | None = ROOT, baseline: bytes | None = None) -> History | None:
     """The history in ``path`` (clone folder, git folder or bundle) in a fresh repository under ``scratch``; ``None``
     for a plain folder. ``course``: the course repository (``None``: no course commits known); ``baseline``: the
@@ -345,78 +368,9 @@ def open_history(path: Path, scratch: Path, course: Path | None = ROOT, baseline
     home = Path(tempfile.mkdtemp(prefix="history-", dir=scratch)).resolve()
     repo = home / "repo.git"
     _git(home, None, "init", "-q", "--bare", str(repo), what="建立空仓库")
-    copy = home / "copy"
     if source == "bundle":
-        budget = [_MAX_COPY_BYTES, 1]
-        data = _read_regular(path, budget)
-        if data is None or not data.startswith(_BUNDLE_SIGNATURES):
-            raise HistoryError(f"{path.name} 不是 git bundle (应由 git bundle create hw.bundle {_BRANCH} 生成)")
-        bundle = home / "hw.bundle"
-        bundle.write_bytes(data)
-        try:
-            _git(home, repo, "bundle", "verify", str(bundle), what="bundle 校验失败")
-        except HistoryError as error:
-            hint = (f"; 它依赖不在其中的提交, 请用 git bundle create hw.bundle {_BRANCH} 打包整个分支"
-                    if "prerequisite" in str(error) or "lacks these" in str(error) else "")
-            raise HistoryError(f"{error}{hint}") from None
-        refs = [tuple(line.split(" ", 1)) for line in
-                _git(home, repo, "bundle", "list-heads", str(bundle), what="读取 bundle").decode().splitlines()]
-        if not refs:
-            raise HistoryError("bundle 里没有分支")
-        _git(home, repo, "fetch", "-q", "--no-tags", str(bundle),
-             *(f"+{name}:refs/grader/all/{i}" for i, (_, name) in enumerate(refs)), what="读取 bundle")
-        head = _bundle_head(refs, home, repo)
-        _git(home, repo, "update-ref", _HEAD_REF, dict((n, s) for s, n in refs)[head], what="读取 bundle")
-        bundle.unlink()
+        _fetch_bundle(path, home, repo)
     else:
-        _git(home, None, "init", "-q", "--bare", str(copy), what="建立空仓库")
-        (copy / "HEAD").unlink()
-        _copy_git_dir(git_dir, copy)
-        if not (copy / "HEAD").is_file():
-            raise HistoryError(".git 里没有 HEAD")
-        _git(home, repo, "fetch", "-q", "--no-tags", "--update-shallow", str(copy), f"+HEAD:{_HEAD_REF}",
-             what="读取仓库 (可能损坏, 或 HEAD 上还没有提交)")
+        _fetch_git_dir(git_dir, home, repo)
     _git(home, repo, "rev-parse", "--verify", "-q", f"{_HEAD_REF}^{{commit}}", what="交来的历史里找不到 HEAD 指向的提交")
     return History(repo, home, source, course, _BASELINE.read_bytes() if baseline is None else baseline)
-
-
-def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]) -> Discipline:
-    """Did each passing upgrade arrive in its own commit, in order?
-
-    ``commits``: the learner's commits, oldest first (:attr:`History.commits`); ``first_pass``: per
-    upgrade number (1..K) the first commit at which its check passed, ``None`` when it never did.
-    ``ok`` when every passing upgrade's first passing commit is one of ``commits``, no two share one
-    (squashed), and each comes strictly after the previous passing upgrade's (in order).
-    """
-    position = {c.sha: i for i, c in enumerate(commits)}
-    notes: list[str] = []
-    problems: list[str] = []
-    by_commit: dict[str, list[int]] = {}
-    previous: tuple[int, int] | None = None     # (upgrade, position) of the last passing upgrade
-    for k in sorted(first_pass):
-        commit = first_pass[k]
-        if commit is None:
-            notes.append(f"升级 {k}: 没有一个提交通过它的检查")
-            continue
-        if commit.sha not in position:
-            notes.append(f"升级 {k}: 在 {commit.short} «{commit.subject}» 就已通过, 那不是学员起点之后的提交")
-            problems.append(f"升级 {k} 不在学员的提交里")
-            continue
-        notes.append(f"升级 {k}: {commit.short} «{commit.subject}»")
-        by_commit.setdefault(commit.sha, []).append(k)
-        if previous is not None and position[commit.sha] < previous[1]:
-            notes.append(f"顺序错: 升级 {k} ({commit.short}) 早于升级 {previous[0]} ({commits[previous[1]].short})")
-            problems.append(f"升级 {k} 早于升级 {previous[0]}")
-        previous = (k, position[commit.sha])
-    for sha, upgrades in by_commit.items():
-        if len(upgrades) > 1:
-            joined = "+".join(map(str, upgrades))
-            commit = commits[position[sha]]
-            notes.append(f"合并提交 (squashed): 升级 {joined} 都在 {commit.short} «{commit.subject}» 里, 应各自一个提交")
-            problems.append(f"升级 {joined} 在同一提交")
-    passing = sum(c is not None for c in first_pass.values())
-    if problems:
-        return Discipline(False, "不合格: " + "; ".join(problems), notes)
-    if not passing:
-        return Discipline(True, "无可判断 (没有通过的升级)", notes)
-    return Discipline(True, f"合格: {passing} 个升级各自一个提交, 顺序正确", notes)

@@ -8,7 +8,7 @@ root after committing each upgrade on the branch ``homework-0.4``::
     git bundle create hw.bundle homework-0.4
 
 For each learner the grader copies the scripts into a scratch folder of its own (regular files
-only, no links, size-capped), then runs each upgrade of
+only, no links, size-capped: :mod:`course_tools.grade.homework_files`), then runs each upgrade of
 :data:`course_tools.checks.nb10_homework.UPGRADES` in the GRADER process: the check decides the
 outcome outside, every run of a learner's script starts through a :class:`~course_tools.sandbox.ScriptBox`
 (its own bubblewrap sandbox: the scratch copy's files read-only in a private folder, the run's
@@ -25,7 +25,7 @@ commits, besides the run at the head, with every (commit, upgrade) result memois
 scripts run in an exported folder whose ``.git`` names that commit as ``HEAD`` (objects read from
 the grader's copy of the history), so upgrade 1's check asks for exactly that commit in
 ``config.json``; without history it asks only for a key naming the commit. The verdict
-(:func:`~course_tools.grade.commits.judge_discipline`) goes into the ``commits`` column and the
+(:func:`~course_tools.grade.discipline.judge_discipline`) goes into the ``commits`` column and the
 notes; it changes the score only with ``require_commits`` (``--require-commits``): a history that
 fails the verdict then scores 0 (a plain folder has no history and is never penalised).
 
@@ -38,30 +38,29 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import math
-import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade
 from course_tools.grade.collect import Item
-from course_tools.grade.commits import (HOMEWORK, NO_HISTORY, Commit, Discipline, History, HistoryError,
-                                        judge_discipline, open_history)
+from course_tools.grade.commits import HOMEWORK, Commit, History, HistoryError, open_history
+from course_tools.grade.discipline import NO_HISTORY, Discipline, judge_discipline
+from course_tools.grade.homework_files import copy_scripts, digest, pin, texts
 from course_tools.grade.kernel import clean_text
 from course_tools.grade.report import CheckOutcome, Grade
 from course_tools.grade.similarity import PRO_REFERENCE, REFERENCE
 from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
 
 __all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkResult", "grade_homework",
-           "read_scripts", "failed_grade", "quiet_checks", "copy_scripts", "upgrade_label"]
+           "read_scripts", "failed_grade", "quiet_checks", "upgrade_label"]
 
 NOTEBOOK = "10_homework.ipynb"
 HAND_IN = "git bundle create hw.bundle homework-0.4"
@@ -69,8 +68,6 @@ HAND_IN = "git bundle create hw.bundle homework-0.4"
 # run folder holds a few small checkpoints and logs.
 HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=256 * MiB, disk=512 * MiB,
                          tmp=256 * MiB, shm=256 * MiB, home=64 * MiB)
-_MAX_FILES = 50
-_MAX_FILE = 2 ** 20
 
 
 def upgrade_label(upgrade: Upgrade) -> str:
@@ -116,7 +113,7 @@ class HomeworkSetup:
 
     def baseline_scripts(self) -> dict[str, str]:
         """The released scripts everyone starts from, by file name."""
-        return _texts(self.baseline) if self.baseline.is_dir() else {}
+        return texts(self.baseline) if self.baseline.is_dir() else {}
 
 
 @dataclass
@@ -147,7 +144,7 @@ _STDOUT: list[_ThreadStdout] = []
 
 
 @contextlib.contextmanager
-def quiet_checks():
+def quiet_checks() -> Iterator[None]:
     """Drop what the checks print (their passed lines) in this thread; the terminal keeps the grader's output."""
     if not _STDOUT or sys.stdout is not _STDOUT[0]:
         _STDOUT[:] = [_ThreadStdout(sys.stdout)]
@@ -158,60 +155,6 @@ def quiet_checks():
         yield
     finally:
         proxy.local.quiet = False
-
-
-# ---------------------------------------------------------------- the learner's files
-
-def copy_scripts(src: Path, dest: Path) -> list[str]:
-    """Copy the regular files directly in ``src`` into the new folder ``dest``; what was left out, and why.
-
-    Symlinks, folders, hidden files, files over 1 MiB and files past the 50th are never copied.
-    """
-    dest.mkdir(parents=True)
-    left: list[str] = []
-    try:
-        entries = sorted(os.scandir(src), key=lambda e: e.name)
-    except OSError as exc:
-        return [f"{src.name}: 无法读取 ({exc.strerror})"]
-    copied = 0
-    for entry in entries:
-        if entry.name.startswith(".") or entry.name == "__pycache__":
-            continue
-        if entry.is_symlink():
-            left.append(f"{entry.name}: 符号链接,未复制")
-        elif not entry.is_file(follow_symlinks=False):
-            left.append(f"{entry.name}: 不是普通文件,未复制")
-        elif entry.stat(follow_symlinks=False).st_size > _MAX_FILE or copied >= _MAX_FILES:
-            left.append(f"{entry.name}: 超过 {_MAX_FILE // MiB} MiB 或 {_MAX_FILES} 个文件的上限,未复制")
-        else:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    continue
-                (dest / entry.name).write_bytes(f.read(_MAX_FILE + 1)[:_MAX_FILE])
-            copied += 1
-    return left
-
-
-def _digest(folder: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _texts(folder: Path) -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in sorted(folder.iterdir())
-            if p.suffix == ".py" and p.is_file() and not p.is_symlink()}
-
-
-def _pin(folder: Path, sha: str, objects: Path) -> None:
-    """Make ``folder`` a git work tree whose ``HEAD`` is ``sha`` (objects from ``objects``): what the script records."""
-    git = folder / ".git"
-    (git / "refs" / "heads").mkdir(parents=True)
-    (git / "objects" / "info").mkdir(parents=True)
-    (git / "HEAD").write_text(sha + "\n")
-    (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
 
 
 # ---------------------------------------------------------------- running the checks
@@ -256,7 +199,7 @@ class _Runner:
         if commit.sha not in self.folders:
             dest = self.scratch / f"c-{commit.sha[:12]}"
             self.history.export(commit, dest)
-            _pin(dest, commit.sha, self.history.repo / "objects")
+            pin(dest, commit.sha, self.history.repo / "objects")
             self.folders[commit.sha] = dest
         return self.folders[commit.sha]
 
@@ -351,7 +294,7 @@ def _head(item: Item, runner: _Runner, notes: list[str]) -> tuple[Path, str]:
         notes.append("未复制的文件: " + "; ".join(left))
     if history is None:
         return head, ""
-    if _digest(head) == _digest(runner.folder(history.head)):
+    if digest(head) == digest(runner.folder(history.head)):
         return runner.folder(history.head), history.head.sha
     notes.append(f"工作区的脚本与最后一次提交 {history.head.short} 不同: 分数按工作区的脚本;提交历史只用于检查提交纪律")
     return head, ""
@@ -364,7 +307,7 @@ def read_scripts(item: Item, setup: HomeworkSetup, private: Path) -> dict[str, s
     scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
     try:
         runner = _Runner(setup, True, scratch, _open(item, setup, scratch, []))
-        return _texts(_head(item, runner, [])[0])
+        return texts(_head(item, runner, [])[0])
     except HistoryError:
         return {}
     finally:
@@ -388,7 +331,7 @@ def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, resul
         grade.checks.append(outcome)
         if not outcome.passed:
             grade.notes.append(f"{outcome.check}: {outcome.message}")
-    result.scripts = _texts(head)
+    result.scripts = texts(head)
     try:
         verdict = _discipline(runner, runner.history)
     except HistoryError as exc:

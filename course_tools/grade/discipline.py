@@ -1,0 +1,76 @@
+"""Commit discipline of the homework: did each passing upgrade arrive in its own commit, in order?
+
+Reference machinery for the grader (``course_tools.grade``), not taught; the step after
+:mod:`course_tools.grade.commits`. The homework (``10_homework.ipynb``) asks for each upgrade in its
+own commit, in order. The homework step (:mod:`course_tools.grade.homework`) finds, for each upgrade,
+the first of the learner's commits (:attr:`~course_tools.grade.commits.History.commits`) at which its
+check passes, and hands them to :func:`judge_discipline`; its :class:`Discipline` goes into the
+``commits`` column and the feedback. A plain folder has no history: :data:`NO_HISTORY`, never a penalty.
+
+Example::
+
+    verdict = judge_discipline(history.commits, {1: c1, 2: c2, 3: c2, 4: None})
+    verdict.ok, verdict.column, verdict.notes    # False, "不合格: 升级 2+3 在同一提交", [...]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from course_tools.grade.commits import Commit
+
+__all__ = ["Discipline", "NO_HISTORY", "judge_discipline"]
+
+
+@dataclass(frozen=True)
+class Discipline:
+    """The verdict on commit discipline: ``ok``, a short Chinese ``column`` for the CSV, ``notes`` for the feedback."""
+
+    ok: bool
+    column: str
+    notes: list[str] = field(default_factory=list)
+
+
+NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)",
+                        ["交来的是普通文件夹, 没有提交历史: 提交纪律无从检查, 不扣分"])
+
+
+def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]) -> Discipline:
+    """Did each passing upgrade arrive in its own commit, in order?
+
+    ``commits``: the learner's commits, oldest first (:attr:`History.commits`); ``first_pass``: per
+    upgrade number (1..K) the first commit at which its check passed, ``None`` when it never did.
+    ``ok`` when every passing upgrade's first passing commit is one of ``commits``, no two share one
+    (squashed), and each comes strictly after the previous passing upgrade's (in order).
+    """
+    position = {c.sha: i for i, c in enumerate(commits)}
+    notes: list[str] = []
+    problems: list[str] = []
+    by_commit: dict[str, list[int]] = {}
+    previous: tuple[int, int] | None = None     # (upgrade, position) of the last passing upgrade
+    for k in sorted(first_pass):
+        commit = first_pass[k]
+        if commit is None:
+            notes.append(f"升级 {k}: 没有一个提交通过它的检查")
+            continue
+        if commit.sha not in position:
+            notes.append(f"升级 {k}: 在 {commit.short} «{commit.subject}» 就已通过, 那不是学员起点之后的提交")
+            problems.append(f"升级 {k} 不在学员的提交里")
+            continue
+        notes.append(f"升级 {k}: {commit.short} «{commit.subject}»")
+        by_commit.setdefault(commit.sha, []).append(k)
+        if previous is not None and position[commit.sha] < previous[1]:
+            notes.append(f"顺序错: 升级 {k} ({commit.short}) 早于升级 {previous[0]} ({commits[previous[1]].short})")
+            problems.append(f"升级 {k} 早于升级 {previous[0]}")
+        previous = (k, position[commit.sha])
+    for sha, upgrades in by_commit.items():
+        if len(upgrades) > 1:
+            joined = "+".join(map(str, upgrades))
+            commit = commits[position[sha]]
+            notes.append(f"合并提交 (squashed): 升级 {joined} 都在 {commit.short} «{commit.subject}» 里, 应各自一个提交")
+            problems.append(f"升级 {joined} 在同一提交")
+    passing = sum(c is not None for c in first_pass.values())
+    if problems:
+        return Discipline(False, "不合格: " + "; ".join(problems), notes)
+    if not passing:
+        return Discipline(True, "无可判断 (没有通过的升级)", notes)
+    return Discipline(True, f"合格: {passing} 个升级各自一个提交, 顺序正确", notes)
