@@ -8,19 +8,21 @@
 - ``cells``     the notebook glob and the cell tags (``exercise``, ``check``, ``solution-only``)
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed
 - ``demos_04``, ``demos_11``  the long demonstrations of notebooks 04 and 11 (kill-and-resume, torchrun)
-- ``grade``     grades a class, notebooks and homework (``python -m course_tools.grade``), one module per step:
-  ``grade_collect`` (find every submission, account for every file), ``grade_plan`` (the reference
-  notebooks' exercise and check cells), ``sandbox`` (bubblewrap: the kernel and each homework script),
-  ``grade_kernel`` (run cells, decide outcomes from the kernel's replies), ``grade_scan`` (flag tampering),
-  ``grade_answers`` (self-test answers scored outside the kernel), ``grade_homework`` (the homework's
-  checks per learner), ``grade_history`` (the homework's commits), ``grade_similarity`` (near-copies
-  between learners), ``grade_report`` (CSV, feedback, merging shards)
+- ``grade/``    grades a class, notebooks and homework (``python -m course_tools.grade``), one module per
+  step: ``collect`` (find every submission, account for every file), ``plan`` (read a submission, merge
+  its exercises into the released reference), ``scan`` (flag tampering), ``kernel`` (run cells, decide
+  outcomes from the kernel's replies), ``answers`` (self-test answers scored outside the kernel),
+  ``notebook`` (one learner x notebook), ``homework`` (the homework's checks per learner), ``commits`` and
+  ``discipline`` (the homework's commits and their verdict), ``similarity`` (near-copies between
+  learners), ``report`` (CSV, feedback, merging shards), ``pipeline`` (a class), ``cli``
+- ``sandbox/``  bubblewrap sandboxes for learner code: ``mounts``, ``limits``, ``cgroup``, ``procs`` (the
+  processes of one sandbox: its CPU clock, ending all of them), ``notebook_box`` (a graded kernel),
+  ``script_box`` (each run of a homework script)
 - ``quiet``     the environment of every non-interactive run (tests, grading, homework checks)
 - ``interrupt`` runs a learner's script and SIGKILLs it right after its k-th optimizer step (the
   homework checks' and 04's exact ``kill -9``)
 - ``probes``    the professional script's hidden flags (NaN steps, bad batches, the sample ledger) for tests and demos
 - ``cputime``   CPU seconds of a process tree: the time limits of the checks and the grader
-- ``sandbox_procs`` the processes of one sandbox: its cgroup, its CPU clock, ending all of them
 
 Rule: ``course_tools`` imports ``course_utils``; ``course_utils`` never imports ``course_tools``
 (``tests/test_layout.py`` checks the import graph).
