@@ -40,7 +40,7 @@ class UnreadableNotebook(ValueError):
     """A submitted file that is not a readable notebook; ``str()`` says why, in Chinese."""
 
 
-def cell_source(cell) -> str:
+def cell_source(cell: dict) -> str:
     """A cell's source as one string (whatever shape the file gave it)."""
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else source if isinstance(source, str) else ""
