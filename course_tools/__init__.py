@@ -8,14 +8,14 @@
 - ``cells``     the notebook glob and the cell tags (``exercise``, ``check``, ``solution-only``)
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed
 - ``demos_04``, ``demos_11``  the long demonstrations of notebooks 04 and 11 (kill-and-resume, torchrun)
-- ``grade/``    grades a class, notebooks and homework (``python -m course_tools.grade``), one module per
+- ``grade``     grades a class, notebooks and homework (``python -m course_tools.grade``), one module per
   step: ``collect`` (find every submission, account for every file), ``plan`` (read a submission, merge
   its exercises into the released reference), ``scan`` (flag tampering), ``kernel`` (run cells, decide
   outcomes from the kernel's replies), ``answers`` (self-test answers scored outside the kernel),
   ``notebook`` (one learner x notebook), ``homework`` (the homework's checks per learner), ``commits`` and
   ``discipline`` (the homework's commits and their verdict), ``similarity`` (near-copies between
   learners), ``report`` (CSV, feedback, merging shards), ``pipeline`` (a class), ``cli``
-- ``sandbox/``  bubblewrap sandboxes for learner code: ``mounts``, ``limits``, ``cgroup``, ``procs`` (the
+- ``sandbox``   bubblewrap sandboxes for learner code: ``mounts``, ``limits``, ``cgroup``, ``procs`` (the
   processes of one sandbox: its CPU clock, ending all of them), ``notebook_box`` (a graded kernel),
   ``script_box`` (each run of a homework script)
 - ``quiet``     the environment of every non-interactive run (tests, grading, homework checks)
