@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds = asyncio.run(compare(items, released, args.jobs, private, print))
         workbook = None
         if not args.no_workbook:
-            make_class(tmp / "one", args.solutions, [p.name[:2] for p in paths if p.name in released], 1)
+            make_class(tmp / "one", args.solutions, [p.name.split("_")[0] + "_" for p in paths if p.name in released], 1)
             start = time.perf_counter()
             grades = grade.grade_all([tmp / "one"], args.solutions, grade.Options(jobs=args.jobs), verbose=False)
             workbook = {"seconds": time.perf_counter() - start, "notebooks": len(grades),

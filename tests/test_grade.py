@@ -161,6 +161,25 @@ def test_collect_reports_every_file(tmp_path):
     assert reasons["class/other/03_unknown.ipynb"][1].startswith("无法对应")
 
 
+def test_collect_tells_a_lettered_notebook_from_the_one_it_follows(tmp_path):
+    """08 and 08b (issue 32's split): a renamed 08b is found by its number with the letter, or by its topic;
+    the bare number 8 is 08's, and a name whose number and topic disagree is never guessed."""
+    refs = []
+    for name in ("08_time_estimate.ipynb", "08b_flops_memory.ipynb"):
+        refs.append(_write(tmp_path / "refs", _ref(), name))
+    c = tmp_path / "class"
+    for learner, name in (("letter", "8b_flops_memory.ipynb"), ("upper", "08B_mine.ipynb"),
+                          ("topic", "flops_memory_final.ipynb"), ("bare", "8_mine.ipynb"),
+                          ("mixed", "8_flops_memory.ipynb")):
+        _write(c / learner, _ref(), name)
+    items, _ = collect([c], refs)
+    found = {(i.learner, i.reference.name): i.path.name for i in items if i.path is not None}
+    assert found == {("letter", "08b_flops_memory.ipynb"): "8b_flops_memory.ipynb",
+                     ("upper", "08b_flops_memory.ipynb"): "08B_mine.ipynb",
+                     ("topic", "08b_flops_memory.ipynb"): "flops_memory_final.ipynb",
+                     ("bare", "08_time_estimate.ipynb"): "8_mine.ipynb"}
+
+
 def test_collect_keys_learners_by_relative_path(tmp_path):
     refs = [FIXTURE / NAME]
     _write(tmp_path / "sec1" / "alice", _ref())

@@ -74,14 +74,15 @@ class Finding:
     reason: str
 
 
-def reference_number(name: str) -> int | None:
-    """The leading number of a notebook name: ``02_x.ipynb`` -> 2, ``2_x`` -> 2, ``x.ipynb`` -> None."""
-    match = re.match(r"\s*(\d+)(?!\d)", name)
-    return int(match.group(1)) if match else None
+def reference_number(name: str) -> str | None:
+    """The leading number of a notebook name, with its letter: ``02_x.ipynb`` -> "2", ``2_x`` -> "2",
+    ``08b_x`` and ``8B_x`` -> "8b" (08b is not 08), ``x.ipynb`` -> None."""
+    match = re.match(r"\s*(\d+)([a-z]?)(?![\da-z])", name, flags=re.IGNORECASE)
+    return f"{int(match.group(1))}{match.group(2).casefold()}" if match else None
 
 
 def _topic(reference: Path) -> str:
-    return re.sub(r"^\d+_", "", reference.stem).casefold()
+    return re.sub(r"^\d+[a-z]?_", "", reference.stem).casefold()
 
 
 def _is_notebook(name: str) -> bool:
