@@ -32,7 +32,8 @@ Example::
     args = p.parse_args()          # "--epochs 0" -> one line, exit 2
     assert not unchecked_options(p)
 
-Taught in ``10_homework`` (the reference script ``solutions/homework/train_cifar_pro.py``).
+Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it): its flags' types
+and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``).
 """
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ Example::
     state = rng_state()       # put it into the checkpoint
     set_rng_state(state)      # on resume: every generator continues where it was
 
-Taught in ``05_reproducibility`` §1–4.
+Taught in ``05_reproducibility`` §1 (``set_seed``), §3 (config + git commit) and §4 (``set_deterministic``);
+``rng_state`` / ``set_rng_state`` are what ``course_utils.checkpoint`` saves and restores (04 §2).
 """
 from __future__ import annotations
 

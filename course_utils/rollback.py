@@ -37,11 +37,12 @@ Example::
     rollback = Rollback(skips, enabled=True, skip_batches=200)
     training_state(..., parts={"rollback": rollback})  # in the checkpoint: rollback.state_dict()
 
-Taught in ``12_loss_spikes`` §5 (the skip set of a rollback). Reference machinery for the
-professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``): its
-``roll_back`` plans the record and restores ``last_good.pt``, ``next_batch`` asks ``next_position``,
-every checkpoint's ``extra["rollback"]`` holds ``state_dict()`` and the data position, and
-``publish_rollbacks`` writes the event, ``SKIPPED_FILE`` and (with ``status.json``) the history.
+Taught in ``12_loss_spikes`` §5 (the skip set of a rollback). ``Rollback`` is reference machinery of
+the professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``): its
+``roll_back`` calls ``Rollback.recover`` (plan the record, reload ``last_good.pt``, write the records),
+``next_batch`` asks ``Rollback.position``, every checkpoint's ``parts["rollback"]`` holds its
+``state_dict()``, ``attach`` writes the events and ``SKIPPED_FILE``, and ``status.json``'s history comes
+through ``RunFolder.history``.
 """
 from __future__ import annotations
 

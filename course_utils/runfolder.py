@@ -49,7 +49,9 @@ Example::
 
 The clean stop on SIGTERM / Ctrl-C that ends in "preempted" is ``course_utils.signals``.
 
-Taught in ``04_checkpoint_resume`` §3 (the kill-and-resume self-test runs the reference script, which uses all of this).
+Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it): its run folder's
+file map (``RunFiles``), the one writer of ``config.json`` (``write_config``), the lock, ``status.json``
+and the exit codes. 04 §3, 11 §9 and 12 §5 run the script and read what it writes here.
 """
 from __future__ import annotations
 

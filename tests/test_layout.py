@@ -82,12 +82,52 @@ def test_public_modules_declare_all(name):
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
+def _code_by_section(notebook: Path) -> dict[int, str]:
+    """The code of each numbered section (``## k. ...``) of a notebook; 0: before the first heading."""
+    found: dict[int, list[str]] = {}
+    current: int | None = 0
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type == "markdown" and re.search(r"^## ", cell.source, flags=re.MULTILINE):
+            m = re.search(r"^## (\d+)[.\s]", cell.source, flags=re.MULTILINE)
+            current = int(m.group(1)) if m else None  # an unnumbered section (练习, 纪律) has no number to point at
+        elif cell.cell_type == "code" and current is not None:
+            found.setdefault(current, []).append(cell.source)
+    return {k: "\n".join(v) for k, v in found.items()}
+
+
+def _taught_in(doc: str) -> list[tuple[str, list[int]]]:
+    """The pointers of a "Taught in ``NN_name`` §a–b (...), §c, ``MM_name`` ..." paragraph: (notebook, sections)."""
+    paragraph = doc[doc.index("Taught in"):].split("\n\n")[0]
+    while re.search(r"\([^()]*\)", paragraph):  # what a parenthesis says is not a pointer
+        paragraph = re.sub(r"\([^()]*\)", "", paragraph)
+    parts = re.split(r"``(\d\d\w*)``", paragraph)
+    return [(notebook, [k for a, b in re.findall(r"§(\d+)(?:[–-](\d+))?", text) for k in range(int(a), int(b or a) + 1)])
+            for notebook, text in zip(parts[1::2], parts[2::2])]
+
+
 @pytest.mark.parametrize("name", [m for m in _modules(course_utils) if "." in m])
-def test_each_helper_says_where_it_is_taught(name):
-    doc = importlib.import_module(name).__doc__ or ""
-    assert "Taught in ``" in doc, f"{name}: the module docstring must name the notebook that teaches it"
-    for notebook in {w.strip("`") for w in doc.split() if w.startswith("``") and w[2:4].isdigit()}:
-        assert list((ROOT / "solutions").glob(notebook.split("``")[0] + "*.ipynb")), (name, notebook)
+def test_each_helper_says_where_it_is_taught_and_it_is_true(name):
+    """d2l's rule: "Taught in NN §k" holds when a name of the module's ``__all__`` is used in a code cell of
+    section k (each section a range names); "Taught in NN" alone, in some code cell of NN. A module no
+    notebook uses says it is reference machinery and names the script that runs it."""
+    module = importlib.import_module(name)
+    doc = module.__doc__ or ""
+    if "Taught in ``" not in doc:
+        scripts = re.findall(r"``((?:solutions|course_tools)/[\w/.]+\.py)``", doc)
+        assert "Reference machinery" in doc and scripts, f"{name}: say where it is taught, or whose machinery it is"
+        assert all((ROOT / s).is_file() for s in scripts), (name, scripts)
+        return
+    pointers = _taught_in(doc)
+    assert pointers, f"{name}: no ``NN_name`` after 'Taught in'"
+    uses = re.compile(r"\b(?:" + "|".join(map(re.escape, module.__all__)) + r")\b")
+    for notebook, sections in pointers:
+        paths = list((ROOT / "solutions").glob(notebook + "*.ipynb"))
+        assert len(paths) == 1, (name, notebook)
+        code = _code_by_section(paths[0])
+        if not sections:
+            assert uses.search("\n".join(code.values())), f"{name}: no code cell of {notebook} uses it"
+        for k in sections:
+            assert uses.search(code.get(k, "")), f"{name}: taught in {notebook} §{k}, but no code cell there uses it"
 
 
 # What starts a process in a notebook's code: a subprocess, DataLoader workers, a multiprocessing context,
