@@ -6,7 +6,7 @@ peak memory, runs the spike alarms (``course_utils.alerts``) and writes one reco
 to its sinks (``course_utils.sinks``: JSONL always, TensorBoard, wandb, a tqdm bar).
 ``log_eval`` writes an eval record (``"split": "val"``), ``event`` a line of ``"split": "event"``
 (a rollback, say) to ``metrics.jsonl`` only. With ``set_mfu(flops_per_sample, peak)`` every timed
-train record also carries ``mfu``: model FLOPs per sample × samples/s ÷ the peak (08 §7).
+train record also carries ``mfu``: model FLOPs per sample × samples/s ÷ the peak (08b §2).
 ``read_metrics`` reads the file back. The files are the run folder's (``runfolder.RunFiles``).
 
 Why: a run on a remote machine is seen only through its records, and must raise its own
@@ -124,7 +124,7 @@ class Monitor:
         """Log ``mfu`` in every timed train record from now on (``peak_flops`` None: no mfu).
 
         ``flops_per_sample``: forward + backward FLOPs of one sample; ``peak_flops``: FLOP/s of every
-        process together (the datasheet's dense number on a GPU; 08 §7 measures it on a CPU).
+        process together (the datasheet's dense number on a GPU; 08b §2 measures it on a CPU).
         """
         self.flops_per_sample, self.peak_flops = flops_per_sample, peak_flops
 

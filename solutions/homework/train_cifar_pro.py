@@ -102,7 +102,7 @@ def build_parser() -> Parser:
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
     p.add_argument("--peak-flops", type=float_in(0), default=0.0,
                    help="peak FLOP/s per process for the logged mfu (0: measured once at start-up on a CPU; "
-                        "on a GPU give the datasheet's dense number, see 08 §7, or no mfu is logged)")
+                        "on a GPU give the datasheet's dense number, see 08b §2, or no mfu is logged)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue the run in --out (from scratch if it has none)")
     start.add_argument("--overwrite", action="store_true",
@@ -413,7 +413,7 @@ def flops_for_mfu(t: Training) -> tuple[float, float | None]:
         per_sample = training_flops(copy.deepcopy(t.model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
     if t.args.peak_flops:
         return per_sample, t.args.peak_flops * t.world.size
-    # 512³, best of 5: ~0.02 s on one core, within 2% of the 1024³ peak here (08 §7 measures it at full size)
+    # 512³, best of 5: ~0.02 s on one core, within 2% of the 1024³ peak here (08b §2 measures it at full size)
     return per_sample, matmul_peak_flops(size=512, repeats=5) * t.world.size if t.device.type == "cpu" else None
 
 
