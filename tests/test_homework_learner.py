@@ -248,3 +248,14 @@ def test_an_ema_left_out_of_the_resume_is_diagnosed(learner, tmp_path):
     with pytest.raises(CheckFailed) as info:
         homework.check_ema(folder / TRAIN, launcher=FORKED_TORCH)
     assert "EMA 的状态要存进检查点" in info.value.hint, info.value
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("upgrade", [u for u in homework.UPGRADES if u.scripts == (TRAIN,)], ids=lambda u: u.check.__name__)
+def test_the_professional_script_passes_the_homework_checks_too(upgrade, tmp_path):
+    """10 checks the reference answer; train_cifar_pro.py is what industrial training adds beyond the homework,
+    so it keeps the homework's contract: each training check passes on it."""
+    folder = tmp_path / "pro"
+    folder.mkdir()
+    (folder / TRAIN).write_bytes((ROOT / "solutions" / "homework" / "train_cifar_pro.py").read_bytes())
+    assert upgrade.run(folder, launcher=FORKED_TORCH).startswith(f"升级 {upgrade.number}")
