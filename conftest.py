@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from course_tools.claims import STRICT_ENV
-from course_tools.quiet import quiet_environ
+from course_tools.noninteractive import quiet_environ
 
 os.environ.update(quiet_environ())  # small sizes, same code path; wandb offline and silent
 os.environ.update(STRICT_ENV)       # a notebook sentence contradicted by its own output fails the run

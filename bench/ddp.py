@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PRO_SCRIPT, REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
 
-from course_tools.quiet import quiet_environ  # noqa: E402
+from course_tools.noninteractive import quiet_environ  # noqa: E402
 from course_utils.monitor import read_metrics  # noqa: E402
 
 ARMS = {  # name: (processes, threads per process, global batch as a multiple of --batch)

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PRO_SCRIPT, format_table, header, machine_info, spread, write_json  # noqa: E402
 from overhead import BareArm, ProArm, Setup, make_batches  # noqa: E402
 
-from course_tools.quiet import quiet_environ  # noqa: E402
+from course_tools.noninteractive import quiet_environ  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
 from course_utils.monitor import read_metrics  # noqa: E402
 from course_utils.schedule import warmup_cosine  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, write_json  # noqa: E402
 
 from course_tools import interrupt  # noqa: E402
-from course_tools.quiet import quiet_environ  # noqa: E402
+from course_tools.noninteractive import quiet_environ  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
 

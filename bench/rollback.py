@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PRO_SCRIPT, format_table, header, machine_info, spread, write_json  # noqa: E402
 
-from course_tools.quiet import quiet_environ  # noqa: E402
+from course_tools.noninteractive import quiet_environ  # noqa: E402
 from course_utils.monitor import read_metrics  # noqa: E402
 from course_utils.rollback import SKIPPED_FILE  # noqa: E402
 

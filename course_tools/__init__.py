@@ -1,13 +1,14 @@
 """Course machinery for the chapter 0.4 workbook: what instructors and authors run, not what learners reuse.
 
 - ``checks``    one module per notebook: the self-checks called from ``check`` cells
-                (``nb10_homework`` runs the learner's homework scripts)
+                (``nb10_homework`` runs the learner's homework scripts; ``upgrades`` lists them)
 - ``quiz``      self-test questions with widgets and a plain-text fallback
 - ``progress``  the learner's ledger of passed checks and its dashboard (``python -m course_tools.progress``)
 - ``release``   generates ``notebooks/`` from ``solutions/`` (``python -m course_tools.release``)
 - ``cells``     the notebook glob and the cell tags (``exercise``, ``check``, ``solution-only``)
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed
-- ``demos_04``, ``demos_11``  the long demonstrations of notebooks 04 and 11 (kill-and-resume, torchrun)
+- ``lab``       the apparatus of the long experiments: ``checkpoint_resume`` (04: kill-and-resume) and
+  ``multi_process`` (11: torchrun, ranks, kills)
 - ``grade``     grades a class, notebooks and homework (``python -m course_tools.grade``), one module per
   step: ``collect`` (find every submission, account for every file), ``plan`` (read a submission, merge
   its exercises into the released reference), ``scan`` (flag tampering), ``kernel`` (run cells, decide
@@ -18,7 +19,7 @@
 - ``sandbox``   bubblewrap sandboxes for learner code: ``mounts``, ``limits``, ``cgroup``, ``procs`` (the
   processes of one sandbox: its CPU clock, ending all of them), ``notebook_box`` (a graded kernel),
   ``script_box`` (each run of a homework script)
-- ``quiet``     the environment of every non-interactive run (tests, grading, homework checks)
+- ``noninteractive``  the environment of every non-interactive run (tests, grading, homework checks)
 - ``interrupt`` runs a learner's script and SIGKILLs it right after its k-th optimizer step (the
   homework checks' and 04's exact ``kill -9``)
 - ``probes``    the professional script's hidden flags (NaN steps, bad batches, the sample ledger) for tests and demos

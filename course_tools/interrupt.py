@@ -13,7 +13,7 @@ with this file's frames left out). When the script imports ``torch.optim.optimiz
 torch`` does), the hook registers a global step hook with torch's public
 ``torch.optim.optimizer.register_optimizer_step_post_hook``; after the K-th ``optimizer.step()`` of
 the process it sends the process SIGKILL (``--stop``: SIGSTOP, so that
-whoever watches can kill a whole job of several processes, frozen at that step, as ``demos_11``
+whoever watches can kill a whole job of several processes, frozen at that step, as ``lab.multi_process``
 does under torchrun). The learner's code is unchanged and sees nothing: no
 flag, no environment variable. A script that never steps a ``torch.optim`` optimizer is not
 stopped here; the check falls back to watching its log and says so.

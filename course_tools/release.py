@@ -25,7 +25,7 @@ import nbformat
 
 from course_tools.cells import EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
 from course_tools.claims import STRICT_ENV
-from course_tools.quiet import quiet_environ
+from course_tools.noninteractive import quiet_environ
 
 __all__ = ["ROOT", "DEFAULT_HINT", "AuthoringError", "strip_solutions", "learner_notebook", "solution_paths", "render",
            "execute", "main"]

@@ -358,7 +358,7 @@ def test_the_step_hook_kills_a_real_torch_script_after_exactly_k_steps(tmp_path)
                          text=True, timeout=120)
     assert out.returncode == -9, out
     assert out.stdout.splitlines() == [f"{i} ['--x', '1']" for i in range(1, 7)]  # killed inside step 7
-    # --stop: frozen at the same point (demos_11 then kills a whole torchrun job); the output so far is flushed
+    # --stop: frozen at the same point (lab.multi_process then kills a whole torchrun job); the output so far is flushed
     log = tmp_path / "stop.log"
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, interrupt.__file__, "--stop", "3", str(script), "--x", "1"], stdout=f)

@@ -67,10 +67,10 @@ def test_static_check_would_catch_an_upward_import(tmp_path):
     """The static check is not vacuous: it sees function-local and relative imports too."""
     probe = tmp_path / "probe.py"
     probe.write_text("import os\ndef f():\n    from course_tools.checks import expect\n"
-                     "from ..course_tools import quiet\n", encoding="utf-8")
+                     "from ..course_tools import noninteractive\n", encoding="utf-8")
     names = _imported_names(probe, "pkg.sub")
     assert {"os", "course_tools.checks", "pkg.course_tools"} <= names
-    assert "course_tools.quiet" in _imported_names(ROOT / "course_tools" / "release.py", "course_tools")
+    assert "course_tools.noninteractive" in _imported_names(ROOT / "course_tools" / "release.py", "course_tools")
 
 
 @pytest.mark.parametrize("name", [m for m in _modules(course_utils) + _modules(course_tools)

@@ -323,7 +323,7 @@ def _cells(folder: str):
 
 def test_learner_copy_shows_at_most_350_lines_of_code():
     lines = sum(len(c.source.splitlines()) for c in _cells("notebooks") if c.cell_type == "code")
-    assert lines <= 350, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/demos_04.py"
+    assert lines <= 350, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/lab/checkpoint_resume.py"
 
 
 def test_the_numpy_state_is_described_honestly():

@@ -2,7 +2,7 @@
 
 Each wrong answer below is a mistake a learner plausibly makes (commented); the check must
 fail on every one with its default seed and, in the slow sweep, with 50 other seeds.
-The notebook's two-process launcher (course_tools.demos_11.run_ranks) is tested too: a failing rank is reported with
+The notebook's two-process launcher (course_tools.lab.multi_process.run_ranks) is tested too: a failing rank is reported with
 its traceback and takes the other rank down, and a hung job ends at its timeout.
 """
 from __future__ import annotations
@@ -275,15 +275,15 @@ def test_demo_cells_never_call_an_exercise():
 
 @pytest.fixture(scope="module")
 def launcher() -> dict:
-    """The notebook's launcher (course_tools.demos_11), after the notebook's setup and launcher cells ran here."""
-    from course_tools import demos_11
+    """The notebook's launcher (course_tools.lab.multi_process), after the notebook's setup and launcher cells ran here."""
+    from course_tools.lab import multi_process
 
     cells = {c.id: c.source for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells}
     namespace = run_source(cells["setup"])
     exec(compile(cells["launcher"], "<launcher>", "exec"), namespace)  # its demo call: hello on two ranks
-    assert namespace["run_ranks"] is demos_11.run_ranks
-    yield vars(demos_11)
-    demos_11.cleanup()
+    assert namespace["run_ranks"] is multi_process.run_ranks
+    yield vars(multi_process)
+    multi_process.cleanup()
 
 
 def _children() -> set[int]:
@@ -341,7 +341,7 @@ def test_verdicts_do_not_depend_on_the_seed(pairs, workbook_threads):  # noqa: F
 
 
 def test_learner_copy_shows_at_most_350_lines_of_code():
-    """Launchers, timing choreography and bookkeeping live in course_tools.demos_11 (issue 20)."""
+    """Launchers, timing choreography and bookkeeping live in course_tools.lab.multi_process (issue 20)."""
     nb = nbformat.read(ROOT / "notebooks" / NAME, as_version=4)
     lines = sum(len(c.source.splitlines()) for c in nb.cells if c.cell_type == "code")
     assert lines <= 350, lines

@@ -35,7 +35,7 @@ from course_tools import interrupt
 from course_tools.checks import CheckFailed, expect, fail
 from course_tools.checks import homework_files as files
 from course_tools.cputime import WALL_FACTOR, cpu_clock
-from course_tools.quiet import quiet_environ
+from course_tools.noninteractive import quiet_environ
 from course_utils.data import default_data_root
 
 __all__ = ["CPU_LIMIT", "Launcher", "LOCAL", "run_environ", "script_path", "script_error", "scratch", "announce", "Run",

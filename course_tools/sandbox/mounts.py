@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_tools.quiet import quiet_environ
+from course_tools.noninteractive import quiet_environ
 from course_tools.sandbox.limits import Limits
 
 __all__ = ["SANDBOX_CWD", "SANDBOX_HOME", "course_packages", "package_roots", "readonly_paths", "kernel_env",
