@@ -337,7 +337,7 @@ class KilledJob:
     resume_log: str
 
 
-PRO_SCRIPT = Path(__file__).resolve().parent.parent / "solutions" / "homework" / "train_cifar_pro.py"
+PRO_SCRIPT = Path(__file__).resolve().parents[2] / "solutions" / "homework" / "train_cifar_pro.py"
 """The professional script that section 9 runs under torchrun."""
 
 
