@@ -4,7 +4,7 @@ bf16 has fp32's 8 exponent bits and the same smallest normal number (~1.2e-38), 
 below any real gradient, so no loss scaling is needed (with 7 mantissa bits its
 subnormals stop at ~9.2e-41, fp32's at ~1.4e-45: a difference no gradient reaches).
 fp16 has 5 exponent bits: its smallest normal is ~6.1e-5, its smallest subnormal
-~6e-8, and with round-to-nearest a gradient below half of that (~3e-8) becomes zero
+~6e-8, and with round-to-nearest a gradient of at most half of that (~3e-8) becomes zero
 unless the loss is scaled up first (GradScaler). The weights and optimizer state
 stay fp32 ("master weights"); autocast only lowers the precision of the compute.
 

@@ -20,12 +20,14 @@ FIXED_CLAIMS = [
     # torch 2.14 has five float8 dtypes and a packed float4; the table shows the two common ones
     (r"(提供|有)的两种fp8|fp8kindstorchhas", "torch 有五种 float8 dtype(外加 float4_e2m1fn_x2),表里只是常用的两种"),
     # bf16's subnormals stop at 2^-133 (~9.2e-41), fp32's at 2^-149 (~1.4e-45): only the smallest NORMAL is shared
-    (r"(动态|指数)?范围(与|和|跟)fp32(相同|一样)|范围和fp32一样宽|指数范围相同|动态范围相同",
+    (r"(动态|指数)?范围(与|和|跟)fp32[^。]{0,3}(相同|一样)|范围和fp32一样宽|指数范围相同|动态范围相同"
+     r"|(与|和|跟)fp32的(动态|指数)?范围(相同|一样)",
      "bf16 与 fp32 相同的是最大值和最小正规数,最小非正规数不同(1e-42 在 bf16 里变成 0)"),
     (r"范围相同,小梯度不会比fp32更早下溢|而不是尾数位", "下溢到 0 的界(最小非正规数)也取决于尾数位数"),
     (r"smallgradientsdonotunderflow|samerangeasfp32|samedynamicrange", "bf16 shares fp32's smallest normal, not its subnormals"),
     # round-to-nearest: only values below HALF the smallest subnormal become 0 (fp16: 4e-8 -> 5.96e-8)
-    (r"比(它|最小非正规数|最小次正规数)还小(,|,)?(就|直接)?变成0|更小的梯度直接变0|below~6e-8become",
+    (r"比(它|最小非正规数|最小次正规数)还小(,|,)?(就|直接)?变成0|更小的梯度直接变0|below~6e-8become"
+     r"|(比|小于|不到)[^。]{0,12}最小(非正规|次正规)?(正)?数[^一半]{0,6}(就|直接)?(被舍入成|变成|舍入为)0",
      "舍入到最近时,比最小非正规数的一半还小才变成 0"),
     # enabled=True is torch's default; the only warning ("CUDA is not available") is avoided by enabled=False
     (r"总是显式传入|避免设备相关的警告|pass``enabled=``explicitly", "enabled=True 是默认值;只有 enabled=False 能避开那条警告"),
@@ -34,7 +36,7 @@ FIXED_CLAIMS = [
     # 08b: a stored MFU of ~25% sits near the band the same cell calls normal for large models
     (r"MFU很低", "MFU 的高低要对照同一个峰值说,不能笼统地说很低"),
     # 06: the compute-bound run measured 1.06x with 4 workers on 2 cores (under load): it does not reach the cores
-    (r"涨到核数附近就停", "计算型最多快到大约核数那么多倍,机器忙时可能几乎不涨"),
+    (r"涨到核数附近就停|核数附近就停", "计算型最多快到大约核数那么多倍,机器忙时可能几乎不涨"),
     # 12: for the bad-data runs the healthy checkpoint is exactly at the bad step: nothing is redone
     (r"往回走了一段", "坏数据的回滚不重算任何一步(restored_step == bad_step)"),
     # 09 / q7: one oversized step can kill every ReLU of a layer (02 §2), after which the grad norm is 0 too
@@ -46,7 +48,7 @@ FIXED_CLAIMS = [
     # nb12 hints: inf compares greater than any finite threshold; only NaN compares False with everything
     (r"NaN/inf和任何数比较都是False", "只有 NaN 和任何数比较都是 False,inf 比任何有限数都大"),
     # 7B full fine-tune: 16 bytes per parameter with the fp32 master weights, not 12 (84 GB)
-    (r"每个参数12字节[)）]?(即|=)?84GB|12B/param|bf16权重和梯度、AdamW两个fp32动量[)）]", "全量微调每个参数 16 字节(含 fp32 主权重),约 112 GB"),
+    (r"每个参数12字节[)）]?(即|=)?84GB|12字节[^。]{0,6}84GB|12B/param|bf16权重和梯度、AdamW两个fp32动量[)）]", "全量微调每个参数 16 字节(含 fp32 主权重),约 112 GB"),
 ]
 
 

@@ -90,7 +90,7 @@ def check_cases(seed: int = 1234) -> list[dict]:
     bad = sorted(int(i) for i in rng.choice(np.arange(40, 200), size=2, replace=False))
     values[bad[0]], values[bad[1]] = math.nan, math.inf
     cases.append({"name": f"第 {bad[0]} 步 NaN、第 {bad[1]} 步 inf", "values": values,
-                  "missed": "NaN 和任何数比较都是 False: 先用 math.isfinite 判断,非有限值一律算尖峰",
+                  "missed": "NaN 的 <、>、== 比较都是 False: 先用 math.isfinite 判断,非有限值一律算尖峰",
                   "extra": _NONFINITE_IN_WINDOW})
 
     for bad_value, label in ((math.inf, "inf"), (math.nan, "NaN")):

@@ -78,7 +78,7 @@ QUESTIONS = [
         "C": "autocast 在 bf16 下会自动放大 loss",
         "D": "bf16 的梯度总是比 fp16 的大",
     }, answer="B", explanation=f"fp16 只有 5 位指数,最小正规数约 {_FP16.smallest_normal:.1e},非正规数最小约 {_SUB['fp16']:.1e},"
-       f"比它的一半还小的梯度舍入成 0,所以要做损失缩放(loss scaling);bf16 的最小正规数约 {_BF16.smallest_normal:.1e},和 fp32 一样。"
+       f"不超过它一半的梯度舍入成 0,所以要做损失缩放(loss scaling);bf16 的最小正规数约 {_BF16.smallest_normal:.1e},和 fp32 一样。"
        f"(bf16 的尾数反而更少,所以它的非正规数只到约 {_SUB['bf16']:.1e},比 fp32 的约 {_SUB['fp32']:.1e} 浅;那比真实的梯度小得多。)",
        experiment="实验 3: finfo 表,1e-8 和 1e-42 的转换"),
     Question("q4", "GradScaler 在训练步的哪些地方起作用?(多选)", kind="multi", choices={

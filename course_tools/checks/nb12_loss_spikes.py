@@ -192,7 +192,7 @@ _FAILURE_HINTS = {
     ("data", "numerics"): "这一步的 batch 统计量离谱: 坏数据也能让 loss 变成 inf;先看 batch,再谈精度",
     ("lr", "data"): "报警之前几步 grad norm 已经在涨,或记录的 lr 突然变大: 这是学习率;平滑 loss 分不清持续的上升和坏 batch 的余波",
     ("lr", "numerics"): "NaN 之前有预兆(grad norm 先涨,或 lr 跳高)就是学习率;数值问题没有预兆",
-    ("numerics", "data"): "NaN 和任何数比较都是 False,inf 又比任何有限的阈值都大: 先用 math.isfinite 单独判断;batch 正常、没有预兆的 NaN/inf 是数值问题",
+    ("numerics", "data"): "NaN 的 <、>、== 比较都是 False,inf 又比任何有限的阈值都大: 先用 math.isfinite 单独判断;batch 正常、没有预兆的 NaN/inf 是数值问题",
     ("numerics", "lr"): "NaN/inf 之前 grad norm 和 lr 都正常: 没有预兆的非有限值是数值问题(fp16 溢出、没 .float() 的 loss)",
 }
 
@@ -217,7 +217,7 @@ HINTS: dict[str, tuple[str, ...]] = {
         "只看平滑后的 loss 分不出这三种",
         "12 的「2. 哪个信号最先看见」一节量出了三种原因各自哪个信号先报警;「6. 练习:只看记录,说出原因」"
         "把规则写成了四步,按顺序实现",
-        "常错的几处:NaN 和任何数比较都是 False(inf 则比任何有限数都大),要先单独判断是否有限(loss 和 grad norm 都要看),"
+        "常错的几处:NaN 的 <、>、== 比较都是 False(inf 则比任何有限数都大),要先单独判断是否有限(loss 和 grad norm 都要看),"
         "算近期中位数时也要去掉非有限值;不要一见 NaN 就判数值、一见 grad norm 尖峰就怪学习率:先看 batch 统计量,"
         "再看预兆;lr 在预热和余弦调度里本来就每步在变,要和它近期的中位数比",
     ),
