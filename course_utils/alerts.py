@@ -22,8 +22,8 @@ Example::
         bad.add(step)
     if bad.count(step) >= 5: ...      # stop: too many bad steps
 
-Taught in ``06_monitoring`` §1 (the alarms of the live plot; §4's Monitor runs two of them, and the
-exercise of §5 writes the same rule as ``find_spikes``). ``RecentSteps`` is reference machinery of ``solutions/homework/train_cifar_pro.py``
+Taught in ``06_monitoring`` §1 (``SpikeDetector`` checks the live-plot run's logged grad norms for spikes;
+§4's Monitor runs two of them, and the exercise of §5 writes the same rule as ``find_spikes``). ``RecentSteps`` is reference machinery of ``solutions/homework/train_cifar_pro.py``
 (``--max-bad-steps`` within ``--bad-step-window``; a checkpoint is known-good when the window is clean).
 """
 from __future__ import annotations

@@ -204,7 +204,7 @@ def hint(check: str | Callable[..., Any] | None = None) -> None:
     record_hint(key, tier)
     last = tier == len(tiers)
     print(f"💡 {name} 提示 {tier}/{len(tiers)}: {tiers[tier - 1]}\n"
-          + ("(这是最后一级:答案不在提示里,对照检查消息改这一处,再运行检查)" if last else "(还不够?再运行 hint())"))
+          + ("(这是最后一级:对照检查消息改这一处,再运行检查)" if last else "(还不够?再运行 hint())"))
 
 
 def _install_display() -> None:

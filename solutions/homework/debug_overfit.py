@@ -8,7 +8,7 @@ a consistent wrong label mapping CAN be memorised, so this test cannot catch it;
 a look at the samples (or per-class accuracy on the validation set) can.
 
 Writes to --out: metrics.jsonl (step, loss, grad_norm per step) and samples.png.
-Exit code 0 when the final loss is below --threshold, 1 otherwise.
+Exit code 0 when the mean loss of the last 5 steps is below --threshold, 1 otherwise.
 
     python notebooks/homework/debug_overfit.py --out runs/overfit
     python notebooks/homework/debug_overfit.py --model tiny --steps 150 --batch-size 32

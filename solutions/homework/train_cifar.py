@@ -1,8 +1,8 @@
 """Chapter 0.2's CIFAR-10 training script, upgraded as the chapter 0.4 homework asks (10_homework.ipynb).
 
-The reference answer: the baseline plus what each upgrade asks for, no more, one commit per
-upgrade. Each added part is marked "upgrade k"; solutions/homework/upgrades/ has each commit
-as a patch. What industrial training adds on top is in train_cifar_pro.py.
+The reference answer: the baseline plus what each upgrade asks for, one commit per upgrade.
+The main additions are marked "upgrade k"; which line came with which upgrade is in the patches
+of solutions/homework/upgrades/. What industrial training adds on top is in train_cifar_pro.py.
 
 - upgrade 1: a seed, config.json and metrics.jsonl in --out, the flags for small runs.
 - upgrade 2: full checkpoints every N steps and --resume that continues exactly.
@@ -60,7 +60,7 @@ def main():
     parser.add_argument("--ema-decay", type=float, default=0.999, help="EMA of the weights (0: off)")  # upgrade 4
     args = parser.parse_args()
 
-    set_seed(args.seed)  # upgrade 1: before the model is built and the data drawn
+    set_seed(args.seed)  # upgrade 1: before the model is built (its initial weights come from the global RNG)
     out = Path(args.out)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dump_run_config(out, vars(args), device)  # upgrade 1: flags, git commit, versions -> config.json

@@ -413,7 +413,7 @@ def flops_for_mfu(t: Training) -> tuple[float, float | None]:
         per_sample = training_flops(copy.deepcopy(t.model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
     if t.args.peak_flops:
         return per_sample, t.args.peak_flops * t.world.size
-    # 512³, best of 5: ~0.02 s on one core, within 2% of the 1024³ peak here (08b §2 measures it at full size)
+    # 512³, best of 5: ~0.02 s on one core (08b §2 measures the peak over several sizes)
     return per_sample, matmul_peak_flops(size=512, repeats=5) * t.world.size if t.device.type == "cpu" else None
 
 
