@@ -2,6 +2,7 @@
 
 Set before any kernel starts, so notebook kernels inherit them.
 """
+import json
 import os
 from pathlib import Path
 
@@ -36,6 +37,8 @@ _share_the_cpu()
 # fresh interpreters, 08b's fresh processes for peak memory, 10's homework scripts, 11's torchrun jobs,
 # 12's run of the professional script): like the tests marked slow, they stay out of the quick loop
 # `pytest -m "not slow"` (tests/test_layout.py holds every notebook that starts one to this list).
+ROOT = Path(__file__).resolve().parent
+
 SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "05_reproducibility.ipynb", "06_monitoring.ipynb",
                   "08b_flops_memory.ipynb", "10_homework.ipynb", "11_multi_process.ipynb", "12_loss_spikes.ipynb"}
 
@@ -51,22 +54,34 @@ def pytest_collection_modifyitems(session, config, items):
     """Longest files first, so that pytest-xdist's two workers (``-n 2 --dist loadfile`` in pyproject)
     finish together instead of one waiting for the other's last kill test.
 
-    A file's cost is guessed from what it holds: files with end-to-end tests (``slow``) first, then the
-    notebooks (each one kernel, cell after cell), then the unit tests. The order inside a file is kept.
+    A file's cost is its time in the last ``python bench/suite_time.py`` (``bench/results/suite_time.json``);
+    a file that run did not see is guessed from what it holds: end-to-end tests (``slow``) as long, a
+    notebook (one kernel, cell after cell) as medium, unit tests as short. The order inside a file is kept.
     """
     for item in items:
         path = Path(str(item.fspath))
         if path.suffix == ".ipynb" and path.parent.name == "solutions" and path.name in SLOW_NOTEBOOKS:
             item.add_marker(pytest.mark.slow)
 
-    def rank(item) -> int:
+    def guess(item) -> float:
         if item.get_closest_marker("slow"):
-            return 0
-        return 1 if str(item.fspath).endswith(".ipynb") else 2
+            return 60.0
+        return 10.0 if str(item.fspath).endswith(".ipynb") else 1.0
 
-    first_rank: dict[str, int] = {}
+    measured = _measured_seconds()
+    cost: dict[str, float] = {}
     for item in items:
         path = str(item.fspath)
-        first_rank[path] = min(first_rank.get(path, 2), rank(item))
+        rel = Path(path).resolve().relative_to(ROOT).as_posix() if Path(path).resolve().is_relative_to(ROOT) else path
+        cost[path] = measured[rel] if rel in measured else max(cost.get(path, 0.0), guess(item))
     position = {path: i for i, path in enumerate(dict.fromkeys(str(item.fspath) for item in items))}
-    items.sort(key=lambda item: (first_rank[str(item.fspath)], position[str(item.fspath)]))
+    items.sort(key=lambda item: (-cost[str(item.fspath)], position[str(item.fspath)]))
+
+
+def _measured_seconds() -> dict[str, float]:
+    """Seconds per file (path relative to the repository) of the last suite_time run; {} without one."""
+    try:
+        files = json.loads((ROOT / "bench" / "results" / "suite_time.json").read_text(encoding="utf-8"))["files"]
+        return {f["file"]: float(f["seconds"]) for f in files}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
