@@ -78,30 +78,40 @@ def check_ema_update(fn, seed: int = 1234, steps: int = 40) -> None:
         got = [p.detach() for p in ema_model.parameters()]
         ref = [p.detach() for p in reference.module.parameters()]
         if not _close(got, ref):
-            unchanged = _close(got, before)
-            if t == 0:
-                hint = ("ema_model 没有变化:要原地修改(e.copy_(p)),给循环变量重新赋值不会改动模型" if unchanged
-                        else "num_updates == 0 时直接 e.copy_(p),不做平均")
-                fail("第一次更新(num_updates=0)把 model 的参数直接复制过去",
-                     "第一次更新后 ema_model 的参数与 model 不同", hint)
-            if unchanged:
-                hint = "ema_model 没有变化:要原地修改(e.mul_(...).add_(...) 或 e.lerp_(...)),e = ... 只是给变量重新赋值"
-            elif _close(got, swapped):
-                hint = "把 decay 和 1-decay 对调了:decay 应乘在旧的 EMA 上"
-            elif _close(got, warmed):
-                hint = "不要加 EMA 衰减率渐升:本练习要求与 AveragedModel 一致,每步都用 decay"
-            else:
-                hint = "ema = decay · ema + (1 - decay) · w,decay 乘在旧的 EMA 上"
-            fail(f"第 {t} 次更新后参数等于 decay·ema + (1-decay)·w(decay={decay:.3f})", "与 AveragedModel 不一致", hint)
+            _fail_parameters(t, got, before, swapped, warmed, decay)
         got_b = list(ema_model.buffers())
         if not _close(got_b, list(reference.module.buffers())):
-            floats = [(g, s) for g, s in zip(got_b, buffer_ema) if g.is_floating_point()]
-            averaged = t > 0 and all(torch.allclose(g.float(), s, rtol=1e-4, atol=1e-5) for g, s in floats)
-            fail("缓冲区(BatchNorm 的 running_mean/var 等)直接从 model 复制",
-                 f"第 {t} 次更新后缓冲区与 model 不一致",
-                 "缓冲区不做平均,每次都从 model 复制" if averaged
-                 else "参数之外还要遍历 zip(ema_model.buffers(), model.buffers()) 并 copy_")
+            _fail_buffers(t, got_b, buffer_ema)
     passed(f"{steps} 步训练中与 AveragedModel + get_ema_multi_avg_fn 一致(decay={decay:.3f},seed={seed})")
+
+
+def _fail_parameters(t: int, got: list, before: list, swapped: list, warmed: list, decay: float) -> None:
+    """The EMA parameters differ from AveragedModel's after update ``t``: name the typical mistake it matches."""
+    unchanged = _close(got, before)
+    if t == 0:
+        hint = ("ema_model 没有变化:要原地修改(e.copy_(p)),给循环变量重新赋值不会改动模型" if unchanged
+                else "num_updates == 0 时直接 e.copy_(p),不做平均")
+        fail("第一次更新(num_updates=0)把 model 的参数直接复制过去",
+             "第一次更新后 ema_model 的参数与 model 不同", hint)
+    if unchanged:
+        hint = "ema_model 没有变化:要原地修改(e.mul_(...).add_(...) 或 e.lerp_(...)),e = ... 只是给变量重新赋值"
+    elif _close(got, swapped):
+        hint = "把 decay 和 1-decay 对调了:decay 应乘在旧的 EMA 上"
+    elif _close(got, warmed):
+        hint = "不要加 EMA 衰减率渐升:本练习要求与 AveragedModel 一致,每步都用 decay"
+    else:
+        hint = "ema = decay · ema + (1 - decay) · w,decay 乘在旧的 EMA 上"
+    fail(f"第 {t} 次更新后参数等于 decay·ema + (1-decay)·w(decay={decay:.3f})", "与 AveragedModel 不一致", hint)
+
+
+def _fail_buffers(t: int, got_b: list, buffer_ema: list) -> None:
+    """The buffers differ from the model's after update ``t``: averaged like parameters, or not copied at all."""
+    floats = [(g, s) for g, s in zip(got_b, buffer_ema) if g.is_floating_point()]
+    averaged = t > 0 and all(torch.allclose(g.float(), s, rtol=1e-4, atol=1e-5) for g, s in floats)
+    fail("缓冲区(BatchNorm 的 running_mean/var 等)直接从 model 复制",
+         f"第 {t} 次更新后缓冲区与 model 不一致",
+         "缓冲区不做平均,每次都从 model 复制" if averaged
+         else "参数之外还要遍历 zip(ema_model.buffers(), model.buffers()) 并 copy_")
 
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {

@@ -135,6 +135,23 @@ def _check(save_checkpoint, load_checkpoint, seed: int) -> None:
         found = call_learner(load_checkpoint, path, fresh_model, fresh_opt, fresh_sched)
         after_load = _generators()
 
+    _expect_restored(found, (epoch, k_steps), (snap_model, snap_opt, snap_last_epoch, snap_generators),
+                     (fresh_model, fresh_opt, fresh_sched), after_load)
+    resumed = _train(fresh_model, fresh_opt, fresh_sched, x, y, m_steps)
+    worst = max(range(m_steps), key=lambda i: abs(resumed[i] - reference[i]))
+    expect(abs(resumed[worst] - reference[worst]) <= 1e-6,
+           f"续训后 {m_steps} 步的 loss 与不中断时逐步相同",
+           f"续训第 {worst + 1} 步 loss {resumed[worst]:.6f},不中断为 {reference[worst]:.6f}")
+    passed(f"断点续训等价: 第 {k_steps} 步保存检查点、换新对象恢复后,{m_steps} 步 loss 与不中断完全一致"
+           "(模型、优化器、调度器和三个 CPU 随机数生成器都恢复了)")
+
+
+def _expect_restored(found, saved: tuple[int, int], snapshot: tuple, fresh: tuple, after_load: tuple) -> None:
+    """What ``load_checkpoint`` returned and restored, against the state at the save (epoch and step, model,
+    optimizer, scheduler, the three CPU generators), in the order a learner fixes them."""
+    epoch, k_steps = saved
+    snap_model, snap_opt, snap_last_epoch, snap_generators = snapshot
+    fresh_model, fresh_opt, fresh_sched = fresh
     expect(isinstance(found, (tuple, list)) and len(found) == 2,
            f"load_checkpoint 返回 (epoch, step) = ({epoch}, {k_steps})", f"{found!r}", "return 两个数: epoch, step")
     got = tuple(int(v) for v in found)
@@ -161,13 +178,6 @@ def _check(save_checkpoint, load_checkpoint, seed: int) -> None:
     expect(torch.equal(after_load[2], snap_generators[2]),
            "torch 随机数状态与保存时相同(dropout 依赖它)", "不同",
            "torch.get_rng_state() / torch.set_rng_state();恢复要放在最后,之后不能再从它抽数")
-    resumed = _train(fresh_model, fresh_opt, fresh_sched, x, y, m_steps)
-    worst = max(range(m_steps), key=lambda i: abs(resumed[i] - reference[i]))
-    expect(abs(resumed[worst] - reference[worst]) <= 1e-6,
-           f"续训后 {m_steps} 步的 loss 与不中断时逐步相同",
-           f"续训第 {worst + 1} 步 loss {resumed[worst]:.6f},不中断为 {reference[worst]:.6f}")
-    passed(f"断点续训等价: 第 {k_steps} 步保存检查点、换新对象恢复后,{m_steps} 步 loss 与不中断完全一致"
-           "(模型、优化器、调度器和三个 CPU 随机数生成器都恢复了)")
 
 
 # ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)

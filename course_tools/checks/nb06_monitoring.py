@@ -73,6 +73,12 @@ _FALSE_ALARM = "正常的起伏被报成尖峰: 和最近 window 个值的中位
 def check_cases(seed: int = 1234) -> list[dict]:
     """The curves the check uses: ``name``, ``values``, and hints for a missed / an extra index."""
     rng = np.random.default_rng(seed)
+    # the order of the draws from rng is the cases' order: the same seed gives the same curves
+    return [*_scaled_cases(rng), *_non_finite_cases(rng), *_shape_cases(rng)]
+
+
+def _scaled_cases(rng: np.random.Generator) -> list[dict]:
+    """Clean and spiked curves at three loss scales: no fixed threshold fits all of them."""
     cases = []
     scales = [float(rng.uniform(0.01, 0.05)), float(rng.uniform(1.0, 3.0)), float(rng.uniform(8.0, 20.0))]
     for scale in scales:
@@ -85,7 +91,12 @@ def check_cases(seed: int = 1234) -> list[dict]:
         cases.append({"name": f"初始 loss ≈ {scale:.3g} 的曲线,在 {where} 注入 3–8 倍的尖峰", "values": spiked,
                       "missed": "尖峰要和近期(最近 window 个值)的中位数比,而不是整条曲线的统计量",
                       "extra": _FALSE_ALARM})
+    return cases
 
+
+def _non_finite_cases(rng: np.random.Generator) -> list[dict]:
+    """NaN and inf alone, and bursts of them followed by a spike."""
+    cases = []
     values, _ = training_curve(rng, 200, float(rng.uniform(1.0, 3.0)))
     bad = sorted(int(i) for i in rng.choice(np.arange(40, 200), size=2, replace=False))
     values[bad[0]], values[bad[1]] = math.nan, math.inf
@@ -105,7 +116,12 @@ def check_cases(seed: int = 1234) -> list[dict]:
                       "missed": _NONFINITE_IN_WINDOW if label == "inf" else
                       "NaN 要单独判断(比较结果总是 False),而且不能进入窗口",
                       "extra": _NONFINITE_IN_WINDOW})
+    return cases
 
+
+def _shape_cases(rng: np.random.Generator) -> list[dict]:
+    """A slow decline, two close spikes, a plateau, heavy noise, a spike before the window fills."""
+    cases = []
     values, clean = training_curve(rng, 300, float(rng.uniform(1.0, 3.0)), tau=80.0, floor=0.05)
     late = int(rng.integers(220, 280))
     values[late] = clean[late] * 2.5
@@ -142,7 +158,6 @@ def check_cases(seed: int = 1234) -> list[dict]:
                   "missed": "NaN/inf 从第一步起就算尖峰",
                   "extra": f"过去不足 window({WINDOW})个有限值时还没法估计噪声,不报警(NaN/inf 除外)"})
     return cases
-
 
 def _as_indices(found, n: int, case: str) -> list[int]:
     try:
