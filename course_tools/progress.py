@@ -159,13 +159,15 @@ def _entry(data: dict[str, Any], check: str) -> dict[str, Any]:
                                              "time": _now()})
 
 
-def record_check(check: str, ok: bool) -> None:
-    """Record one run of ``check`` (``"nb01_amp.check_amp_train_step"``): passed or failed, now."""
+def record_check(check: str, ok: bool | None) -> None:
+    """Record one run of ``check`` (``"nb01_amp.check_amp_train_step"``): passed, failed, or None for an
+    exercise not attempted yet (its stub ran: nothing counted, ``last`` says so)."""
     def change(data: dict[str, Any]) -> None:
         entry = _entry(data, check)
-        entry["passed"] = entry["passed"] or ok
-        entry["passes" if ok else "failures"] += 1
-        entry["last"] = "passed" if ok else "failed"
+        if ok is not None:
+            entry["passed"] = entry["passed"] or ok
+            entry["passes" if ok else "failures"] += 1
+        entry["last"] = {True: "passed", False: "failed", None: "not_started"}[ok]
         entry["time"] = _now()
     _update(change)
 

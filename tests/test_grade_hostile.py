@@ -168,6 +168,8 @@ def _hostile(root: Path, report: Path, victim: Path, port: int) -> dict[str, tup
         # in-kernel tampering, obfuscated: would make check-add pass if it ran
         "tamper": ("getattr(__import__('s' + 'ys'), 'modules')['course_tools.checks'].expect = lambda *a, **k: None\n"
                    "def add(a, b):\n    return 0"),
+        # the calm "还没做" note of a learner's own Jupyter, switched on: a stub still earns nothing
+        "calm_switch": "import os\nos.environ.pop('COURSE_CHECKS', None)\ndef add(a, b):\n    raise NotImplementedError",
         # the sandbox itself, seen from inside: PID 2-ish, no secret, empty home, no network, no host files
         "probe": (
             "import os, socket\n"
@@ -207,6 +209,9 @@ def _hostile(root: Path, report: Path, victim: Path, port: int) -> dict[str, tup
     (c / "good" / "notes.txt").write_text("my notes")
     _write(c / "good2" / NAME, _with("def add(a, b):\n    return sum((a, b))", "def square(x):\n    return x ** 2"))
     expect["good"], expect["good2"] = ("2/2", "2/2"), ("2/2", "0/2")
+    _write(c / "unstarted" / NAME, learner_notebook(ref))              # the released stubs, untouched
+    _write(c / "unstarted" / NAME2, learner_notebook(ref2))
+    expect["unstarted"] = ("0/2", "0/2")
     # collection: misnamed, wrong case, nested, duplicate, symlink, v3, BOM, hidden, stray, broken, empty
     _write(c / "misnamed" / "1_fixture.ipynb", ref)
     _write(c / "upper" / "01_FIXTURE.IPYNB", ref)
@@ -256,7 +261,7 @@ def graded(tmp_path_factory):
     expected = _hostile(root, report, root / "class" / "good" / NAME, listener.getsockname()[1])
     before = {name: _snapshot(root / name) for name in ("class", "sec2", "named")} | {"fixture": _snapshot(FIXTURE.parent)}
     os.environ["GRADE_SECRET"] = "instructor-token"
-    options = grade.Options(cell_timeout=10, timeout=90, grace=2, jobs=3)
+    options = grade.Options(cell_timeout=6, timeout=90, grace=2, jobs=3)
     try:
         start = time.monotonic()
         roots = [root / "class", root / "sec2"] + [root / "named" / name for name in FORMULAS + [CONTROL]]
@@ -298,8 +303,8 @@ def test_every_learner_gets_the_score_its_honest_exercises_deserve(graded):
 def test_hostile_rows_say_what_happened(graded):
     g = graded["grades"]
     notes = {k[0]: " | ".join(v.notes) for k, v in g.items() if k[1] == NAME}
-    assert "超过单格时限 10 s(CPU 时间),已中断;重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"]
-    assert "墙钟时间超过 50 s" in notes["class/sleeper"] and "重新运行,练习 1(ex-add) 按未完成处理" in notes["class/sleeper"]
+    assert "超过单格时限 6 s(CPU 时间),已中断;重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"]
+    assert "墙钟时间超过 30 s" in notes["class/sleeper"] and "重新运行,练习 1(ex-add) 按未完成处理" in notes["class/sleeper"]
     assert "仍不响应中断" in notes["class/loop_swallow"] and "按崩溃处理" in notes["class/loop_swallow"]
     assert "内核在运行 check-add 时退出" in notes["class/dies"] and "超过单格时限" not in notes["class/dies"]
     assert "内核在运行" in notes["class/kill_grader"]
@@ -307,7 +312,11 @@ def test_hostile_rows_say_what_happened(graded):
     tamper = g["class/tamper", NAME]
     assert tamper.review and "第 1 行" in tamper.review[0] and "__import__" in tamper.review[0]
     assert "需人工检查" in notes["class/tamper"]
-    assert not any(g[k].review for k in g if k[0] not in ("class/tamper", "class/dup", "class/computed"))
+    calm = g["class/calm_switch", NAME]
+    assert calm.review and "os.environ" in calm.review[0]
+    assert [c.passed for c in calm.checks if c.check == "check-add"] == [False]
+    assert not any(g[k].review for k in g if k[0] not in ("class/tamper", "class/dup", "class/computed",
+                                                          "class/calm_switch"))
     assert "字面量" in " ".join(g["class/keyreader", NAME2].notes) and g["class/computed", NAME2].review
     assert "q3" in " ".join(g["class/wrong_answer", NAME2].notes)
     assert "不规范" in notes["class/misnamed"] and "不规范" in notes["class/upper"] and "不规范" in notes["class/nested"]

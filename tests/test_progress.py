@@ -217,10 +217,10 @@ def test_the_module_prints_the_dashboard(ledger):
 
 
 def test_in_a_kernel_failures_are_recorded_and_hint_works_without_an_import(ledger):
-    # the learner's copy of 08 as released: its first stub (estimate_hours), then its check cell
+    # the learner's copy of 08 as released: its stub (not started: nothing counted), a wrong answer, its check
     (stub, *_), (check, *_) = (tagged_sources(ROOT / "notebooks" / "08_time_estimate.ipynb", tag) for tag in ("exercise", "check"))
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(stub), nbformat.v4.new_code_cell(check),
+    nb.cells = [nbformat.v4.new_code_cell(stub + "\n" + check), nbformat.v4.new_code_cell(WRONG + "\n" + check),
                 nbformat.v4.new_code_cell("hint()"), nbformat.v4.new_code_cell("hint()"),
                 nbformat.v4.new_code_cell(RIGHT), nbformat.v4.new_code_cell("check_estimate_hours(estimate_hours)")]
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
@@ -232,6 +232,7 @@ def test_in_a_kernel_failures_are_recorded_and_hint_works_without_an_import(ledg
     assert tiers[0] in nb.cells[2].outputs[0].text and tiers[1] in nb.cells[3].outputs[0].text
     entry = json.loads(ledger.read_text())["checks"][KEY]
     assert (entry["failures"], entry["passes"], entry["hints"], entry["passed"]) == (1, 1, 2, True)
+    assert "练习尚未完成" in [o for o in nb.cells[0].outputs if o.output_type == "error"][0].traceback[2]
 
 
 _SANDBOXED = RIGHT + textwrap.dedent("""

@@ -10,6 +10,14 @@ In Jupyter a failed check shows at most four lines (❌ 检查未通过 / 期望
 instead of a traceback through the course packages; the cell still ends in an error,
 so "Run All" stops there and nbval and the grader count it as failed.
 
+An exercise not attempted yet (its stub still raises ``NotImplementedError``, or
+:func:`not_started` says so) is :class:`NotStarted`. In a learner's own Jupyter kernel a check
+decorated with :func:`exercise_check` shows it as a calm "⏳ 还没做" note and returns, so Run All
+goes on to the demonstrations below (Kaggle learntools does the same); only a wrong answer
+stops it. Wherever ``COURSE_CHECKS=strict`` is set (the grader, nbval, the tests, ``release
+--execute``: :data:`course_tools.noninteractive.QUIET`) and outside Jupyter, it is a failed
+check exactly like a wrong answer, so no verdict can be earned by looking unattempted.
+
 Every check's outcome goes into the learner's local progress ledger
 (:mod:`course_tools.progress`): a pass from :func:`passed`, a failure where it is shown.
 After a failed check, :func:`hint` (also available as ``hint()`` in the notebook once a
@@ -24,12 +32,17 @@ Example (in a check cell)::
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn, TypeVar
 
-__all__ = ["CheckFailed", "passed", "expect", "fail", "call_learner", "failure_lines", "hint"]
+__all__ = ["EXERCISE_CHECKS", "CheckFailed", "NotStarted", "passed", "expect", "fail", "not_started", "exercise_check", "calm",
+           "call_learner", "failure_lines", "hint"]
+
+_Check = TypeVar("_Check", bound=Callable[..., Any])
+EXERCISE_CHECKS: dict[str, Callable[..., Any]] = {}  # ledger key -> check, filled by @exercise_check on import
 
 _COURSE_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
                      for name in ("course_tools", "course_utils"))
@@ -51,8 +64,8 @@ def _current_check() -> str | None:
     return found
 
 
-def _record(check: str | None, ok: bool) -> None:
-    """Put one outcome into the progress ledger; nothing here can fail the check."""
+def _record(check: str | None, ok: bool | None) -> None:
+    """Put one outcome into the progress ledger (None: not started); nothing here can fail the check."""
     if check is None:
         return
     try:
@@ -73,6 +86,77 @@ class CheckFailed(AssertionError):
         if self.check is not None:
             _last_failed = self.check
         super().__init__(f"期望 {expected};实际 {found}" + (f"(提示: {hint})" if hint else ""))
+
+
+class NotStarted(CheckFailed):
+    """An exercise not attempted yet: a failure under ``COURSE_CHECKS=strict``, a calm note in Jupyter."""
+
+    def __init__(self, todo: str, hint: str = "把 raise NotImplementedError 那一行换成你的实现") -> None:
+        self.todo = todo
+        super().__init__("完成这个练习", f"练习尚未完成: {todo}", hint)
+
+
+_STRICT = b"COURSE_CHECKS=strict"
+
+
+@functools.lru_cache(maxsize=1)
+def _started_strict() -> bool:
+    """Whether this process was started with ``COURSE_CHECKS=strict``: read from ``/proc/self/environ``,
+    which code in the kernel cannot rewrite by editing ``os.environ`` (Linux; elsewhere False)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            return _STRICT in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def calm() -> bool:
+    """True in a learner's own Jupyter kernel, where an unstarted exercise does not stop Run All.
+
+    False under ``COURSE_CHECKS=strict`` (every non-interactive run sets it; a kernel started with it
+    stays strict whatever its code does to ``os.environ``) and outside a Jupyter kernel (a script,
+    plain IPython, pytest).
+    """
+    if os.environ.get("COURSE_CHECKS", "").strip().lower() == "strict" or _started_strict():
+        return False
+    shell = sys.modules.get("IPython")
+    shell = shell.get_ipython() if shell is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _show_not_started(exc: NotStarted) -> None:
+    _record(exc.check, None)
+    print(f"⏳ 还没做: {_one_line(exc.todo)}\n   {_one_line(exc.hint)},再运行这一格。"
+          "这不是报错:Run All 会继续往下运行;评分时未完成的练习记 0 分。")
+
+
+def exercise_check(check: _Check) -> _Check:
+    """Decorate a notebook check: in a learner's Jupyter an unstarted exercise prints a calm note and
+    the check returns None instead of raising (see :func:`calm`); everything else is unchanged.
+
+    Pitfall: only :class:`NotStarted` is softened; a wrong answer, or a stub under the grader, fails.
+
+    Example::
+
+        @exercise_check
+        def check_global_clip(fn, seed: int = 1234) -> None: ...
+    """
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(*args, **kwargs)
+        except NotStarted as exc:
+            if not calm():
+                raise
+            _show_not_started(exc)
+            return None
+    EXERCISE_CHECKS[f"{check.__module__.rsplit('.', 1)[-1]}.{check.__name__}"] = run
+    return run  # type: ignore[return-value]
+
+
+def not_started(todo: str, hint: str = "") -> NoReturn:
+    """Raise :class:`NotStarted`: what to do, and where (``"升级 2 还没开始:需要 --resume …"``)."""
+    raise NotStarted(todo, hint) if hint else NotStarted(todo)
 
 
 def passed(message: str) -> None:
@@ -115,8 +199,8 @@ def call_learner(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as exc:
-        raise CheckFailed("完成这个练习", f"练习尚未完成: {exc or '请先实现这个函数'}",
-                          "把 raise NotImplementedError 那一行换成你的实现") from None
+        name = getattr(fn, "__name__", "这个函数")
+        raise NotStarted(f"{exc or '请先实现这个函数'}(上面练习格子里的 {name})") from None
     except CheckFailed:
         raise  # a check called back from inside the learner's function
     except Exception as exc:  # an AssertionError from torch or the learner's own assert is a crash too
@@ -144,7 +228,7 @@ def _show_failure(shell: Any, etype: type, evalue: BaseException, tb: Any, tb_of
     # The execute reply stays "error", so Run All stops and nbval / the grader see a failure.
     lines = failure_lines(evalue)
     check = getattr(evalue, "check", None)
-    _record(check, False)
+    _record(check, None if isinstance(evalue, NotStarted) else False)
     if check is not None and _tiers(check):
         lines[-1] += "(还卡住?运行 hint() 看下一级提示)"
     shell._showtraceback(etype, evalue, lines)

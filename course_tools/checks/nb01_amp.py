@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
+from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
 
 __all__ = ["check_amp_train_step", "check_needs_scaler", "HINTS"]
 
@@ -133,6 +133,7 @@ def _one_run(fn, seed: int, d_in: int, hidden: int, classes: int, batch: int) ->
                    "返回的范数对、权重不对:是否忘了裁剪、在 step 之后才裁剪,或 step 调用了两次?")
 
 
+@exercise_check
 def check_amp_train_step(fn, seed: int = 11) -> None:
     """``fn(model, optimizer, scaler, x, y, max_norm, amp_dtype) -> pre-clip grad norm``.
 
@@ -153,6 +154,7 @@ _NEEDS_SCALER_HINTS = {
 }
 
 
+@exercise_check
 def check_needs_scaler(fn) -> None:
     """``fn(dtype) -> bool``: True only for formats whose smallest normal number is larger than fp32's."""
     expected = {torch.float32: False, torch.bfloat16: False, torch.float16: True, torch.float64: False}

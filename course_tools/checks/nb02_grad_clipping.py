@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
+from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
 from course_utils.clipping import clip_gradients
 
 
@@ -100,6 +100,7 @@ def _norm_hint(got: float, params: list[nn.Parameter], max_norm: float, pre: flo
     return "全局范数 = sqrt(Σ_p ‖g_p‖²),在修改梯度之前算好并返回"
 
 
+@exercise_check
 def check_global_clip(fn, seed: int = 1234) -> None:
     """Compare ``fn`` with ``clip_grad_norm_`` on four parameter lists built from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
@@ -242,6 +243,7 @@ HIDDEN_CANDIDATES: list[tuple[Callable, bool, str, str]] = [
 ]
 
 
+@exercise_check
 def check_clip_audit(fn, seed: int = 1234) -> None:
     """Run the learner's audit on the hidden candidates (order from ``seed``) and compare with the truth."""
     rng = random.Random(seed)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from course_tools.checks import CheckFailed, call_learner, expect, fail, passed
+from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
 
 
 __all__ = ["check_ema_update", "HINTS"]
@@ -37,6 +37,7 @@ def _shadow(params: list[torch.Tensor], model: nn.Module, t: int, weight_of_live
         s.copy_(p.detach()) if t == 0 else s.lerp_(p.detach(), weight_of_live)
 
 
+@exercise_check
 def check_ema_update(fn, seed: int = 1234, steps: int = 40) -> None:
     """Run ``fn`` next to ``AveragedModel`` for ``steps`` training steps and compare."""
     gen = torch.Generator().manual_seed(seed)

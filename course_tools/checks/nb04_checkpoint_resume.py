@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.schedule import make_scheduler
 
 
@@ -85,6 +85,7 @@ def _same_optimizer_state(saved: dict, current: dict) -> bool:
     return True
 
 
+@exercise_check
 def check_resume_equivalence(save_checkpoint, load_checkpoint, seed: int = 1234) -> None:
     """Save after K steps, restore into fresh objects, continue: losses must equal the uninterrupted run."""
     learner_generators, threads = _generators(), torch.get_num_threads()

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from course_tools.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, exercise_check, expect, passed
 
 
 __all__ = ["check_set_seed", "HINTS"]
@@ -50,6 +50,7 @@ def _scramble(rng: np.random.Generator) -> None:
     torch.manual_seed(seed + 3)
 
 
+@exercise_check
 def check_set_seed(set_seed: Callable[[int], None], seed: int = 1234) -> None:
     """``set_seed(s)`` twice gives the same draws from python random, numpy, torch and CUDA;
     another seed gives other draws; ``torch.cuda.manual_seed_all(s)`` is reached (recorded

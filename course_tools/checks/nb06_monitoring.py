@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.alerts import SpikeDetector
 
 
@@ -179,6 +179,7 @@ def _expected_spikes(seed: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(reference_spikes(case["values"])) for case in check_cases(seed))
 
 
+@exercise_check
 def check_find_spikes(find_spikes: Callable[[Sequence[float]], Sequence[int]], seed: int = 1234) -> None:
     """``find_spikes(values)`` must return exactly the spikes the rule defines, on every case."""
     for case, expected in zip(check_cases(seed), _expected_spikes(seed)):

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.clipping import global_grad_norm
 from course_utils.debug import overfit_one_batch as reference_overfit
 
@@ -168,6 +168,7 @@ def _hint(curve: Curve) -> str:
     return shape
 
 
+@exercise_check
 def check_diagnose(diagnose: Callable, seed: int = 1234) -> None:
     """``diagnose(losses, grad_norms)`` must name the bug of each hidden run (ten runs, fixed by ``seed``)."""
     curves = diagnose_curves(seed)
@@ -198,6 +199,7 @@ def _reference_losses(seed: int) -> tuple[float, ...]:
         return tuple(reference_overfit(model, x, y, steps=_COMPARED, lr=_OVERFIT_LR))
 
 
+@exercise_check
 def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> None:
     """The learner's loop must train the given model in place with Adam(lr) until the batch is memorised.
 

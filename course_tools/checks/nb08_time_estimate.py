@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.estimate import training_hours
 
 __all__ = ["REL_TOL", "check_estimate_hours", "HINTS"]
@@ -55,6 +55,7 @@ def _diagnose(ratio: float, batch_size: int, steps_per_sec: float) -> str:
     return f"({';或者'.join(hints)})" if hints else ""
 
 
+@exercise_check
 def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], float], seed: int = 1234) -> None:
     """Compare ``estimate_hours(num_samples, epochs, batch_size, steps_per_sec)`` with the formula.
 

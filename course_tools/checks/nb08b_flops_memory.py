@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.estimate import MemoryBudget, StepFlops, measured_memory, training_flops
 
 __all__ = ["FLOPS_REL_TOL", "exercise_model", "check_step_flops", "MEMORY_REL_TOL", "exercise_mlp",
@@ -64,6 +64,7 @@ def _counted_flops(batch_size: int, image_size: int) -> StepFlops:
         return training_flops(exercise_model(image_size), torch.randn(batch_size, 3, image_size, image_size))
 
 
+@exercise_check
 def check_step_flops(step_flops: Callable[[int, int], float], seed: int = 1234) -> None:
     """Compare ``step_flops(batch_size, image_size)`` (forward + backward of ``exercise_model``) with FlopCounterMode."""
     rng = np.random.default_rng(seed)
@@ -136,6 +137,7 @@ def _memory_hint(value: float, want: MemoryBudget, batch_size: int) -> str:
     return "(逐项检查:权重、梯度、优化器状态、激活值,单位都是字节)"
 
 
+@exercise_check
 def check_peak_memory(peak_memory_bytes: Callable[[list[int], int], float], seed: int = 1234) -> None:
     """Compare ``peak_memory_bytes(widths, batch_size)`` with one AdamW step of ``exercise_mlp(widths)``, measured."""
     cases = _memory_cases(seed)

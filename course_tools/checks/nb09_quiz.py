@@ -17,7 +17,7 @@ import random
 
 import torch
 
-from course_tools.checks import call_learner, expect, passed
+from course_tools.checks import call_learner, exercise_check, expect, passed
 from course_tools.quiz import Question, Quiz
 from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain
 from course_utils.estimate import training_hours
@@ -147,6 +147,7 @@ QUIZ = Quiz(QUESTIONS, title="0.4 训练工程常识 · 自测题", name="QUIZ")
 GRADED_IDS = [q.id for q in QUESTIONS if q.kind != "text"]
 
 
+@exercise_check
 def check_self_test_answers(answers_fn) -> None:
     """Grade ``answers_fn()`` (a dict {question id: answer}) on every question except the short-answer one.
 
@@ -189,6 +190,7 @@ def _ema_hint(got: float, decay: float, steps: int) -> str:
     return "每次更新,初始权重的占比乘以 decay"
 
 
+@exercise_check
 def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
     """``ema_start_weight(decay, steps)``: share of the initial weights left in the EMA after ``steps`` updates.
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course_tools.checks import expect, passed
+from course_tools.checks import exercise_check, expect, passed
 from course_tools.checks import homework_files as files
 from course_tools.checks.homework_resume import interrupted_and_resumed, polled_note
 from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch, script_path
@@ -79,6 +79,7 @@ def _finish(message: str, start: float) -> str:
 
 # ------------------------------------------------------------------ upgrade 1
 
+@exercise_check
 def check_config(script: str | os.PathLike, seed: int = SEED, *, launcher: Launcher | None = None,
                  workdir: Path | None = None, commit: str | None = None) -> str:
     """Upgrade 1: ``--seed`` makes runs repeatable, and ``config.json`` records seed and commit.
@@ -121,6 +122,7 @@ def check_config(script: str | os.PathLike, seed: int = SEED, *, launcher: Launc
 
 # ------------------------------------------------------------------ upgrade 2
 
+@exercise_check
 def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int = 60, kill_after: int = 25,
                  every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 2: SIGKILL, ``--resume``: the loss curve equals the uninterrupted run's, from two kill points.
@@ -147,6 +149,7 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
 
 # ------------------------------------------------------------------ upgrade 3
 
+@exercise_check
 def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6, *, launcher: Launcher | None = None,
                    workdir: Path | None = None) -> str:
     """Upgrade 3: the pre-clip grad norm is logged each step, ``clipped`` says when clipping fired,
@@ -226,6 +229,7 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(1e-12, abs(b))
 
 
+@exercise_check
 def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30, kill_after: int = 15,
               every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 4: EMA of the weights, evaluated next to the raw ones, kept in the checkpoint.
@@ -281,6 +285,7 @@ def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@exercise_check
 def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: int = SEED, steps: int = 150, *,
                   launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 5: ``debug_overfit.py`` memorises one batch (exit 0) and saves ``samples.png``;

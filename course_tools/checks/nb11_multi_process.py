@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.data import batches_per_epoch, epoch_order
 
 __all__ = ["check_rank_batch", "check_strip_module_prefix", "HINTS"]
@@ -122,6 +122,7 @@ def _verify_step(shares: list[list[int]], order: list[int], order0: list[int], n
            "均分:前 B % W 个 rank 各多拿 1 个(torch.tensor_split 就是这样分的;torch.chunk 不是)")
 
 
+@exercise_check
 def check_rank_batch(rank_batch: Callable[..., Any], seed: int = 1234) -> None:
     """Every step of two epochs, every rank: the shares partition the step's global batch, balanced, deterministic."""
     with torch.random.fork_rng(devices=[]):  # whatever the learner's function draws, the notebook's stream is kept
@@ -199,6 +200,7 @@ def _key_hint(got: list[str], want: list[str]) -> str:
     return "只去掉开头的一个 'module.'"
 
 
+@exercise_check
 def check_strip_module_prefix(strip_module_prefix: Callable[[dict], Any], seed: int = 1234) -> None:
     """DDP-style, plain and doubly wrapped state dicts: one leading ``module.`` removed, values kept, input untouched."""
     with torch.random.fork_rng(devices=[]):  # building the test models draws from torch's global generator

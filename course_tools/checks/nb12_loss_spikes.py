@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from course_tools.checks import call_learner, expect, fail, passed
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 
 __all__ = ["CAUSES", "WINDOW", "RATIO", "LEAD", "first_alarm", "reference_cause", "check_cases", "check_diagnose",
            "HINTS"]
@@ -197,6 +197,7 @@ _FAILURE_HINTS = {
 }
 
 
+@exercise_check
 def check_diagnose(fn: Callable[[list[dict]], str], seed: int = 1234) -> None:
     """The learner's ``fn(records) -> "data" | "lr" | "numerics"`` must name each case's cause."""
     cases = check_cases(seed)

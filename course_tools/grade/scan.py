@@ -8,7 +8,8 @@ line, which the grader reports as "需人工检查" (needs manual review) with t
 
 Flagged: ``sys.modules`` and the interpreter's hooks, ``get_ipython``/IPython (input and AST
 transformers, custom exception handlers), any use of ``course_tools`` (the checks), assigning to a
-module's attribute (``torch.allclose = ...``), ``builtins``/``__builtins__``, ``os.environ``, ``/proc``,
+module's attribute (``torch.allclose = ...``), ``builtins``/``__builtins__``, the environment (any
+``environ``/``environb``, ``posix``, ``vars()``: ``COURSE_CHECKS=strict`` keeps a stub a failed check), ``/proc``,
 signals (``signal``, ``os.kill``), frame and object internals (``__globals__``, ``f_back``, ``gc``,
 ``ctypes``, ``inspect``), ``globals()``, and ``exec``/``eval``/``compile``/``__import__``/``importlib``/
 ``getattr``/``setattr``/``delattr`` with a non-literal argument. Literal strings given to ``exec``,
@@ -43,6 +44,8 @@ _MODULES = {
     "gc": "遍历解释器中的对象(gc)",
     "inspect": "访问调用栈(inspect)",
     "_thread": "底层线程",
+    "posix": "访问环境变量(posix)",
+    "nt": "访问环境变量(nt)",
 }
 # (module, attribute) -> reason
 _MODULE_ATTRS = {
@@ -73,10 +76,11 @@ _ATTRS = {
     "ast_transformers": "修改 IPython AST 转换器", "set_custom_exc": "修改 IPython 异常处理",
     "showtraceback": "修改 IPython 异常处理", "_showtraceback": "修改 IPython 异常处理",
     "CustomTB": "修改 IPython 异常处理", "user_ns": "访问 IPython 命名空间", "run_cell": "操作 IPython 内核",
+    "environ": "访问环境变量(environ)", "environb": "访问环境变量(environb)",
 }
 _NAMES = {
     "get_ipython": "操作 IPython 内核(get_ipython)", "__builtins__": "修改内置函数(__builtins__)",
-    "globals": "修改全局命名空间(globals())",
+    "globals": "修改全局命名空间(globals())", "vars": "读取对象字典(vars())",
 }
 # modules whose attributes are flagged at any depth when assigned
 _PATCHED = set(_MODULES) | {"sys", "os"}
