@@ -232,6 +232,12 @@ def test_honest_solutions_scan_clean():
     ("import torch\ntorch.allclose = lambda *a, **k: True", 2, "torch.allclose"),
     ("__builtins__['len'] = max", 1, "__builtins__"),
     ("import os\nos.environ['X'] = '1'", 2, "os.environ"),
+    # every route to the environment: COURSE_CHECKS=strict keeps a stub a failed check
+    ("import os\nvars(os)['environ'].pop('COURSE_CHECKS')", 2, "vars()"),
+    ("__import__('os').environ.pop('COURSE_CHECKS')", 1, "environ"),
+    ("import posix", 1, "posix"),
+    ("import os\nos.environb.clear()", 2, "environb"),
+    ("%env COURSE_CHECKS=calm", 1, "魔法命令"),
     ("open('/proc/1/cmdline')", 1, "/proc"),
     ("import signal", 1, "signal"),
     ("import os\nos.kill(1, 9)", 2, "os.kill"),
