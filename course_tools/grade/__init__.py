@@ -27,6 +27,8 @@ the runtime are flagged for manual review (:mod:`course_tools.grade.scan`) and r
     python -m course_tools.grade merge part1.csv part2.csv --report grades.csv
     python -m course_tools.grade submissions/ --report grades.csv --resume      # after an interruption
     python -m course_tools.grade submissions/ --report grades.csv --require-commits  # discipline counts
+    python -m course_tools.grade submissions/ --report grades.csv --only alice,sec2/bob  # regrade, merge in
+    python -m course_tools.grade export grades.csv --format canvas --roster roster.csv  # or moodle, xlsx
 
 The homework (``10_homework``: the learner's training scripts, when ``solutions/homework/`` holds the
 reference scripts) is one more row per learner, graded by :mod:`course_tools.grade.homework`: each
@@ -49,6 +51,10 @@ One step per module, nbgrader-style, each handing the next one small value:
 - ``discipline``: the verdict on those commits (one upgrade per commit, in order) -> ``Discipline``;
 - ``similarity``: near-copies among the learners' scripts -> ``SimilarityRow``;
 - ``report``: ``Grade`` rows to CSV, feedback, pass rates, merged shards;
+- ``html_report``: ``grades.html`` and the HTML feedback pages (``class_stats``: distributions, pass rates,
+  discrimination, plots; ``check_guide``: hint tier 1 and the reproduce step; ``side_by_side``: the lines two
+  flagged scripts share);
+- ``export``: the gradebook an LMS imports (Canvas, Moodle CSV; xlsx), through a roster;
 - ``pipeline``: a class (collect, shard, grade each item, report); ``options``: the run's settings;
   ``cli``: the command line.
 

@@ -1,9 +1,11 @@
-"""The command line: ``python -m course_tools.grade`` (grade a class) and ``... merge`` (combine shard reports).
+"""The command line: ``python -m course_tools.grade`` (grade a class), ``... merge`` (combine shard reports)
+and ``... export`` (the gradebook an LMS imports: :mod:`course_tools.grade.export`).
 
 Part of :mod:`course_tools.grade` (its docstring is the ``--help`` text). The flags fill in
 :class:`~course_tools.grade.options.Options` and call :func:`~course_tools.grade.pipeline.grade_all`;
 the tables printed at the end come from :mod:`course_tools.grade.report`. Exit status 2 when the
-sandbox cannot start, a reference notebook is malformed or shard reports cannot be merged.
+sandbox cannot start, a reference notebook is malformed, shard reports cannot be merged, ``--only``
+names an unknown learner, or an export's report or roster cannot be read.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from pathlib import Path
 
 from course_tools.cputime import WALL_FACTOR
 from course_tools.grade.options import Options
-from course_tools.grade.pipeline import ROOT, grade_all
-from course_tools.grade.report import merge_reports, pass_rate_table, table
+from course_tools.grade.pipeline import ROOT, UnknownLearner, grade_all
+from course_tools.grade.report import load_report, merge_reports, pass_rate_table, table
 from course_tools.release import AuthoringError
 from course_tools.sandbox import GiB, Limits, SandboxUnavailable
 
@@ -47,8 +49,38 @@ def _merge(argv: list[str]) -> int:
     except (ValueError, OSError) as exc:
         print(f"无法合并: {exc}", file=sys.stderr)
         return 2
+    from course_tools.grade.html_report import write_pages
+
+    write_pages(args.report, grades)
     print(table(grades))
-    print(f"\n{pass_rate_table(grades)}\n\nwrote {args.report}")
+    print(f"\n{pass_rate_table(grades)}\n\nwrote {args.report} (+ {args.report.with_suffix('.html').name})")
+    return 0
+
+
+def _export(argv: list[str]) -> int:
+    from course_tools.grade.export import FORMATS, RosterError, gradebook, read_roster, write_export
+
+    p = argparse.ArgumentParser(prog="python -m course_tools.grade export",
+                                description="Write the gradebook an LMS imports (see the README).")
+    p.add_argument("report", type=Path, help="the grades CSV a grading run wrote")
+    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("--roster", type=Path, default=None, help="CSV: learner,name,id,login,email,section")
+    p.add_argument("--out", type=Path, default=None, help="default: <report>.<format>.csv or .xlsx")
+    args = p.parse_args(argv)
+    if not args.report.is_file():
+        print(f"无法导出: 找不到报告 {args.report}", file=sys.stderr)
+        return 2
+    try:
+        roster = read_roster(args.roster) if args.roster else None
+    except RosterError as exc:
+        print(f"无法导出: {exc}", file=sys.stderr)
+        return 2
+    book = gradebook(load_report(args.report), roster)
+    suffix = ".xlsx" if args.format == "xlsx" else f".{args.format}.csv"
+    out = write_export(book, args.format, args.out or args.report.with_name(args.report.stem + suffix))
+    for line in book.unmatched:
+        print(line)
+    print(f"wrote {out}: {len(book.rows)} 位学员, {len(book.assignments)} 项作业 + 总分")
     return 0
 
 
@@ -71,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=d.jobs, help=f"notebooks graded at the same time (default {d.jobs})")
     p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")
+    p.add_argument("--only", default=None, help="alice,sec2/bob: grade these learners again and merge them into "
+                   "--report (the other rows stay as they are)")
     p.add_argument("--memory", type=_size_arg, default=d.limits.memory,
                    help=f"address-space limit per process (default {d.limits.memory / GiB:g}G)")
     p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
@@ -86,15 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["merge"]:
         return _merge(argv[1:])
+    if argv[:1] == ["export"]:
+        return _export(argv[1:])
     p = _parser()
     args = p.parse_args(argv)
-    if args.resume and not args.report:
-        p.error("--resume 需要 --report")
+    if (args.resume or args.only is not None) and not args.report:
+        p.error("--resume 和 --only 需要 --report")
+    only = frozenset(n.strip().strip("/") for n in args.only.split(",") if n.strip()) if args.only is not None else None
+    if only is not None and not only:
+        p.error("--only 需要至少一个学员名,例如 --only alice,sec2/bob")
     options = Options(cell_timeout=args.cell_timeout, timeout=args.timeout, jobs=max(1, args.jobs),
                       sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged,
                       homework=not args.no_homework, require_commits=args.require_commits)
     try:
-        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume)
+        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume,
+                           only=only)
+    except UnknownLearner as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except SandboxUnavailable as exc:
         print(f"无法启动沙箱: {exc}", file=sys.stderr)
         return 2
@@ -105,5 +148,5 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{pass_rate_table(grades)}")
     if args.report:
         print(f"\nwrote {args.report} (+ .checks.csv, .files.csv, .pass_rate.csv, .similarity.csv, "
-              f"{args.report.stem}_feedback/)")
+              f"{args.report.with_suffix('.html').name}, {args.report.stem}_feedback/)")
     return 0

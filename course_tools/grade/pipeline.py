@@ -6,8 +6,10 @@ items (:mod:`course_tools.grade.collect`), keeps this machine's ``--shard``, gra
 time (a notebook: :mod:`course_tools.grade.notebook`; the homework: :mod:`course_tools.grade.homework`,
 in a thread), writes each row as it finishes (:mod:`course_tools.grade.report`; ``--resume`` skips the
 rows already there) and finally the similarity report of the homework scripts
-(:mod:`course_tools.grade.similarity`). A grader bug in one item is that item's row (score 0, its
-total kept), never the end of the run.
+(:mod:`course_tools.grade.similarity`) and the pages to look at (``grades.html`` and the HTML feedback:
+:mod:`course_tools.grade.html_report`). ``only`` (``--only alice,sec2/bob``) grades just those learners
+and merges them into the existing report: the other learners' rows are kept as they are. A grader bug
+in one item is that item's row (score 0, its total kept), never the end of the run.
 
 Example::
 
@@ -32,9 +34,23 @@ from course_tools.grade.plan import cell_source, references
 from course_tools.grade.report import CheckOutcome, Grade, Report, safe_field
 from course_tools.sandbox import SandboxUnavailable, check_available, private_dir, readonly_paths
 
-__all__ = ["ROOT", "grade_all"]
+__all__ = ["ROOT", "UnknownLearner", "grade_all"]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class UnknownLearner(ValueError):
+    """``--only`` named a learner no submission folder has; ``str()`` is the one-line Chinese error."""
+
+
+def _only(items: list[Item], only: frozenset[str] | None) -> list[Item]:
+    """The items to grade: all, or those of the learners in ``only`` (every one of them must exist)."""
+    if only is None:
+        return items
+    unknown = sorted(only - {i.learner for i in items})
+    if unknown:
+        raise UnknownLearner(f"--only: 提交文件夹里没有学员 {', '.join(safe_field(u, 80) for u in unknown)}")
+    return [i for i in items if i.learner in only]
 
 
 def _shard(items: list[Item], findings: list[Finding], shard: tuple[int, int] | None):
@@ -58,11 +74,13 @@ def _check_hidden(paths: list[Path]) -> None:
 
 def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", options: Options | None = None,
               report: Path | None = None, shard: tuple[int, int] | None = None, resume: bool = False,
-              verbose: bool = True) -> list[Grade]:
+              verbose: bool = True, only: frozenset[str] | None = None) -> list[Grade]:
     """Grade every learner x graded notebook under ``submissions``; ``jobs`` notebooks at a time.
 
-    With ``report``, rows are written as each notebook finishes (see :class:`Report`). Raises
-    :class:`SandboxUnavailable` when the sandbox cannot run (unless ``options.sandbox`` is False).
+    With ``report``, rows are written as each notebook finishes (see :class:`Report`). ``only``: grade
+    these learners again and keep the report's other rows (implies ``resume``). Raises
+    :class:`SandboxUnavailable` when the sandbox cannot run (unless ``options.sandbox`` is False) and
+    :class:`UnknownLearner` for a name in ``only`` that no submission has.
     """
     options = options or Options()
     paths, released = references(Path(solutions))
@@ -79,10 +97,12 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
                 __import__(o.module)
     items, findings = collect(list(submissions), paths, set(released), HOMEWORK if setup else None)
     items, findings = _shard(items, findings, shard)
-    out = Report(report, resume) if report else None
+    regrade = _only(items, only)
+    drop = frozenset(Grade(name, "").key[0] for name in only or ())
+    out = Report(report, resume or only is not None, drop) if report else None
     if out:
         out.write_files(findings)
-    todo = [i for i in items if not out or Grade(i.learner, i.reference.name).key not in out.done]
+    todo = [i for i in regrade if not out or Grade(i.learner, i.reference.name).key not in out.done]
     if verbose:
         print(f"{len({i.learner for i in items})} 位学员,{len(items)} 个 notebook 行,待批改 {len(todo)} 个;"
               f"{'沙箱: bubblewrap' if options.sandbox else '未沙箱(--no-sandbox)'};并行 {options.jobs}",
@@ -92,14 +112,21 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
     everything = sorted(out.grades if out else grades, key=lambda g: g.key)
     if out:
         out.finish(everything)
-    if setup:
-        _similarity([i for i in items if i.reference.name == HOMEWORK], setup, scripts, report, verbose)
+    pairs = _similarity([i for i in items if i.reference.name == HOMEWORK], setup, scripts, report,
+                        verbose) if setup else []
+    if report:
+        from course_tools.grade.check_guide import check_guide
+        from course_tools.grade.html_report import write_pages
+
+        write_pages(report, everything, check_guide(released), pairs)
     return everything
 
 
 def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict[str, str]], report: Path | None,
-                verbose: bool) -> None:
-    """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed)."""
+                verbose: bool) -> list:
+    """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed);
+    the flagged pairs with their shared lines, for the class page."""
+    from course_tools.grade.html_report import similar_pairs
     from course_tools.grade.similarity import pair_rows, summary, write_csv
 
     private = private_dir()
@@ -108,12 +135,13 @@ def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict
                     for i in items if i.path is not None}
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    rows = pair_rows({k: v for k, v in learners.items() if v}, references=setup.reference_scripts(),
-                     baseline=setup.baseline_scripts())
+    references, baseline = setup.reference_scripts(), setup.baseline_scripts()
+    rows = pair_rows({k: v for k, v in learners.items() if v}, references=references, baseline=baseline)
     if report:
         write_csv(report.with_name(report.stem + ".similarity.csv"), rows)
     if verbose:
         print(summary(rows), file=sys.stderr)
+    return similar_pairs(rows, {**references, **learners}, baseline)
 
 
 async def _grade_items(items: list[Item], released: dict, options: Options, out: Report | None,

@@ -31,7 +31,7 @@ from course_tools.grade.collect import Finding
 from course_tools.grade.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "Report", "load_report",
-           "merge_reports", "pass_rates", "pass_rate_table", "feedback_markdown", "table"]
+           "merge_reports", "counted", "pass_rates", "pass_rate_table", "feedback_names", "feedback_markdown", "table"]
 
 COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
 CHECK_COLUMNS = ("learner", "notebook", "check", "passed", "message")
@@ -117,16 +117,17 @@ class Report:
     """The files of one ``--report`` path, appended to as notebooks finish.
 
     ``resume=True`` keeps the rows already there (``done`` holds their keys) and rewrites the files
-    without a torn last line; otherwise the files start empty.
+    without a torn last line; otherwise the files start empty. ``drop``: learners (as in the report's
+    ``learner`` column) whose kept rows are left out, to be graded again (``--only``).
     """
 
-    def __init__(self, path: Path, resume: bool = False) -> None:
+    def __init__(self, path: Path, resume: bool = False, drop: frozenset[str] = frozenset()) -> None:
         self.path = Path(path)
         self.checks_path = _sibling(self.path, ".checks.csv")
         self.files_path = _sibling(self.path, ".files.csv")
         self.pass_rate_path = _sibling(self.path, ".pass_rate.csv")
         self.feedback_dir = self.path.with_name(self.path.stem + "_feedback")
-        self.grades: list[Grade] = load_report(self.path) if resume else []
+        self.grades: list[Grade] = [g for g in load_report(self.path) if g.key[0] not in drop] if resume else []
         self.done = {g.key for g in self.grades}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._grades_file = self._open(self.path, COLUMNS, [g.row() for g in self.grades])
@@ -170,23 +171,34 @@ def _write_derived(grades: list[Grade], pass_rate_path: Path, feedback_dir: Path
         for notebook, check, passed, graded in pass_rates(grades):
             writer.writerow([notebook, check, passed, graded, f"{passed / graded:.3f}" if graded else ""])
     feedback_dir.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
     by_learner: dict[str, list[Grade]] = {}
     for g in grades:
         by_learner.setdefault(g.key[0], []).append(g)
-    for learner, mine in by_learner.items():
-        name = _file_name(learner, used)
-        (feedback_dir / name).write_text(feedback_markdown(learner, mine), encoding="utf-8")
+    for learner, base in feedback_names(list(by_learner)).items():
+        (feedback_dir / f"{base}.md").write_text(feedback_markdown(learner, by_learner[learner]), encoding="utf-8")
 
 
-def _file_name(learner: str, used: set[str]) -> str:
-    base = re.sub(r"[^\w.-]+", "_", learner.replace("/", "__")).strip("._") or "learner"
-    name, n = f"{base}.md", 1
-    while name in used:
-        n += 1
-        name = f"{base}-{n}.md"
-    used.add(name)
-    return name
+def feedback_names(learners: list[str]) -> dict[str, str]:
+    """learner -> the base name of their feedback files (``sec2__bob``): no ``/`` or ``..``, unique, in order.
+
+    The Markdown and the HTML page of a learner share it, so the class page's links find the pages.
+    """
+    used: set[str] = set()
+    names = {}
+    for learner in learners:
+        base = re.sub(r"[^\w.-]+", "_", learner.replace("/", "__")).strip("._") or "learner"
+        name, n = base, 1
+        while name in used:
+            n += 1
+            name = f"{base}-{n}"
+        used.add(name)
+        names[learner] = name
+    return names
+
+
+def counted(check: CheckOutcome) -> bool:
+    """Whether ``check`` counts in the class statistics: its notebook was submitted and could be read."""
+    return not check.message.startswith(("未提交", "无法读取"))
 
 
 def pass_rates(grades: list[Grade]) -> list[tuple[str, str, int, int]]:
@@ -194,7 +206,7 @@ def pass_rates(grades: list[Grade]) -> list[tuple[str, str, int, int]]:
     counts: dict[tuple[str, str], list[int]] = {}
     for g in grades:
         for c in g.checks:
-            if c.message.startswith("未提交") or c.message.startswith("无法读取"):
+            if not counted(c):
                 continue
             acc = counts.setdefault((g.key[1], c.check), [0, 0])
             acc[0] += c.passed

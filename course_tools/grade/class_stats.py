@@ -1,0 +1,130 @@
+"""The class report's numbers and plots: score distributions, pass rates, each check's discrimination.
+
+Reference machinery for the grader (``course_tools.grade``), not taught; read by
+:mod:`course_tools.grade.html_report` for ``grades.html``. Pass rates come from
+:func:`~course_tools.grade.report.pass_rates` (one place); a check's **discrimination** is the
+point-biserial correlation, over the learners it was graded for, between passing it (0/1) and the
+learner's rest score: the share of their other checks passed, this one left out so that a check does
+not correlate with itself. Near +1: the strong learners pass it and the weak fail it; near 0: passing
+it says nothing about the learner; negative: the weak pass it more often (look at the check). It is
+undefined (``None``) when everyone or no one passed, or fewer than 3 learners were graded.
+
+Plots are matplotlib figures drawn without pyplot (``matplotlib.figure.Figure``: no global backend,
+no window) and embedded as ``data:image/png;base64`` URIs, so the page needs no network.
+
+Pitfall: with a small class the correlation is noisy; the page shows the count beside it.
+
+Example::
+
+    rows = check_rows(grades)           # hardest first
+    uri = pass_rate_chart(rows)         # 'data:image/png;base64,...'
+"""
+from __future__ import annotations
+
+import base64
+import io
+import math
+from dataclasses import dataclass
+
+from matplotlib.figure import Figure
+
+from course_tools.grade.report import Grade, counted, pass_rates
+
+__all__ = ["CheckRow", "learner_scores", "discrimination", "check_rows", "figure_uri", "score_chart",
+           "pass_rate_chart"]
+
+_MIN_LEARNERS = 3
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One check of the class: how many passed it of how many graded, and its discrimination (or None)."""
+
+    notebook: str
+    check: str
+    passed: int
+    graded: int
+    discrimination: float | None
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+
+def learner_scores(grades: list[Grade]) -> dict[str, tuple[int, int]]:
+    """learner -> (checks passed, checks in total) over all their rows, as the feedback's 总分 counts them."""
+    totals: dict[str, list[int]] = {}
+    for g in grades:
+        acc = totals.setdefault(g.key[0], [0, 0])
+        acc[0] += g.passed
+        acc[1] += g.total
+    return {name: (p, t) for name, (p, t) in totals.items()}
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float | None:
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
+def discrimination(grades: list[Grade]) -> dict[tuple[str, str], float | None]:
+    """(notebook, check) -> the point-biserial correlation of passing it with the rest score (see above)."""
+    totals = learner_scores(grades)
+    pairs: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for g in grades:
+        passed, total = totals[g.key[0]]
+        for c in g.checks:
+            if counted(c) and total > 1:
+                xs, ys = pairs.setdefault((g.key[1], c.check), ([], []))
+                xs.append(float(c.passed))
+                ys.append((passed - c.passed) / (total - 1))
+    return {key: _correlation(xs, ys) if len(xs) >= _MIN_LEARNERS else None for key, (xs, ys) in pairs.items()}
+
+
+def check_rows(grades: list[Grade]) -> list[CheckRow]:
+    """Every graded check with its pass rate and discrimination, hardest (lowest pass rate) first."""
+    power = discrimination(grades)
+    rows = [CheckRow(nb, check, p, n, power.get((nb, check))) for nb, check, p, n in pass_rates(grades) if n]
+    return sorted(rows, key=lambda r: (r.rate, r.notebook, r.check))
+
+
+def figure_uri(fig: Figure) -> str:
+    """``fig`` as a PNG ``data:`` URI (the page embeds it; nothing is fetched)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def score_chart(grades: list[Grade]) -> str:
+    """Box plot per notebook (and the homework) of the learners' scores, each learner a dot."""
+    by_notebook: dict[str, list[float]] = {}
+    for g in grades:
+        if g.total:
+            by_notebook.setdefault(g.key[1].removesuffix(".ipynb"), []).append(g.score * 100)
+    names = sorted(by_notebook)
+    fig = Figure(figsize=(7, 0.35 * len(names) + 1.2))
+    ax = fig.subplots()
+    if names:
+        ax.boxplot([by_notebook[n] for n in names], orientation="horizontal", widths=0.5)
+        for k, name in enumerate(names, start=1):
+            ax.plot(by_notebook[name], [k] * len(by_notebook[name]), "o", alpha=0.4, color="tab:blue")
+        ax.set_yticks(range(1, len(names) + 1), names)
+    ax.set_xlim(-5, 105)
+    ax.set_xlabel("score (%)")
+    ax.invert_yaxis()
+    return figure_uri(fig)
+
+
+def pass_rate_chart(rows: list[CheckRow]) -> str:
+    """Horizontal bars: each check's class pass rate, hardest at the top, labelled ``#k`` as the page's table."""
+    fig = Figure(figsize=(7, 0.3 * len(rows) + 1.2))
+    ax = fig.subplots()
+    labels = [f"#{k} {r.notebook.removesuffix('.ipynb')}" for k, r in enumerate(rows, start=1)]   # ASCII: no CJK font
+    ax.barh(range(len(rows)), [r.rate * 100 for r in rows], color="tab:orange")
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("pass rate (%)")
+    ax.invert_yaxis()
+    return figure_uri(fig)

@@ -1,0 +1,192 @@
+"""The class report as pages to look at: ``grades.html`` beside ``grades.csv``, and one HTML feedback page per learner.
+
+Reference machinery for the grader (``course_tools.grade``), not taught. Written after a grading
+run (:func:`~course_tools.grade.pipeline.grade_all`), ``merge`` and ``--only``, from the same
+:class:`~course_tools.grade.report.Grade` rows as the CSV files:
+
+- ``grades.html``: the score distribution per notebook and for the homework, each check's class pass
+  rate (hardest first) with its discrimination (:mod:`course_tools.grade.class_stats`), the rows
+  flagged for review, the similarity pairs at or above the threshold with the lines they share side
+  by side (:mod:`course_tools.grade.side_by_side`), the commit-discipline verdicts, and a table of
+  learners, each linking to their page;
+- ``grades_feedback/<learner>.html`` (next to the Markdown, same base name:
+  :func:`~course_tools.grade.report.feedback_names`): per notebook, each failed check with its
+  message, its hint tier 1 and how to reproduce it (:mod:`course_tools.grade.check_guide`).
+
+Why: a class of 30 is 400 CSV rows; the page shows where the class is stuck and whom to look at.
+Pitfall: everything a learner controls (folder names, messages, scripts) is untrusted: every text
+goes through :func:`html.escape`, file names through ``feedback_names`` (no ``/``, no ``..``), the
+plots are embedded ``data:`` images, and a Content-Security-Policy forbids scripts and any fetch.
+
+Example::
+
+    write_pages(Path("grades.csv"), grades, check_guide(released), similar_pairs(rows, sources))
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from urllib.parse import quote
+
+from course_tools.grade.check_guide import Guide
+from course_tools.grade.class_stats import check_rows, learner_scores, pass_rate_chart, score_chart
+from course_tools.grade.homework import NOTEBOOK as HOMEWORK
+from course_tools.grade.report import Grade, feedback_names
+from course_tools.grade.side_by_side import Block, matched_blocks
+from course_tools.grade.similarity import OVERALL, SimilarityRow
+
+__all__ = ["SimilarPair", "similar_pairs", "read_similar_pairs", "class_page", "feedback_page", "write_pages"]
+
+_HEAD = ("<!DOCTYPE html>\n<html lang=\"zh-CN\"><head><meta charset=\"utf-8\">"
+         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+         "style-src 'unsafe-inline'\"><title>{title}</title><style>body{{font-family:sans-serif;margin:2em}}"
+         "table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;"
+         "vertical-align:top}}pre{{margin:0;font-size:12px}}.fail{{color:#b00}}</style></head><body>\n")
+
+
+@dataclass(frozen=True)
+class SimilarPair:
+    """A flagged similarity row and, where both scripts were at hand, the runs of lines they share."""
+
+    row: SimilarityRow
+    blocks: list[Block] = field(default_factory=list)
+
+
+def similar_pairs(rows: list[SimilarityRow], sources: dict[str, dict[str, str]],
+                  baseline: dict[str, str]) -> list[SimilarPair]:
+    """The flagged rows, highest first; ``sources``: learner or reference name -> script name -> source."""
+    pairs = []
+    for row in sorted((r for r in rows if r.flagged), key=lambda r: (-r.score, r.learner, r.other, r.script)):
+        a, b = sources.get(row.learner, {}).get(row.script), sources.get(row.other, {}).get(row.script)
+        blocks = matched_blocks(a, b, baseline.get(row.script, "")) if a and b and row.script != OVERALL else []
+        pairs.append(SimilarPair(row, blocks))
+    return pairs
+
+
+def read_similar_pairs(path: Path) -> list[SimilarPair]:
+    """The flagged rows of a ``grades.similarity.csv`` (no sources kept there, so no side-by-side)."""
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("flagged") == "1"]
+    return [SimilarPair(SimilarityRow(r["learner"], r["other"], r["script"], float(r["score"]), int(r["shared"]),
+                                      int(r["prints"]), int(r["other_prints"]), r.get("note") or ""))
+            for r in rows]
+
+
+def _table(head: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
+    """An HTML table; every cell escaped except the columns in ``raw`` (already HTML, built here)."""
+    cells = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c if k in raw else escape(c)}</td>" for k, c in enumerate(r)) + "</tr>\n"
+                   for r in rows)
+    return f"<table><tr>{cells}</tr>\n{body}</table>\n"
+
+
+def _percent(passed: int, total: int) -> str:
+    return f"{passed / total:.0%}" if total else "-"
+
+
+def _checks_section(grades: list[Grade]) -> str:
+    rows = check_rows(grades)
+    table = _table(["#", "notebook", "检查", "通过/批改", "通过率", "区分度"],
+                   [[str(k), r.notebook, r.check, f"{r.passed}/{r.graded}", f"{r.rate:.0%}",
+                     "-" if r.discrimination is None else f"{r.discrimination:+.2f}"]
+                    for k, r in enumerate(rows, start=1)])
+    return ("<h2 id=\"checks\">每个检查的班级通过率(最难的在前)</h2>\n"
+            "<p>区分度:通过这个检查与学员其余检查得分率的相关系数(点二列相关);接近 +1 表示强的学员通过、弱的没通过,"
+            "接近 0 表示通过与否看不出强弱,为负时请看看这个检查;全员通过、全员未通过或不足 3 人时记为 -。</p>\n"
+            + (f"<img alt=\"每个检查的通过率\" src=\"{pass_rate_chart(rows)}\">\n" if rows else "") + table)
+
+
+def _similar_section(pairs: list[SimilarPair]) -> str:
+    out = [f"<h2 id=\"similarity\">相似度达到阈值的配对({len(pairs)} 行,只供人工查看)</h2>\n"]
+    out.append(_table(["学员", "对方", "脚本", "得分", "共享片段"],
+                      [[p.row.learner, p.row.other, p.row.script, f"{p.row.score:.2f}",
+                        f"{p.row.shared}/{min(p.row.prints, p.row.other_prints)}"] for p in pairs]))
+    for p in pairs:
+        if not p.blocks:
+            continue
+        out.append(f"<h3>{escape(p.row.learner)} ~ {escape(p.row.other)}: {escape(p.row.script)}</h3>\n")
+        for block in p.blocks:
+            left, right = ("\n".join(f"{n + k:4d}  {line}" for k, line in enumerate(lines)) for n, lines in
+                           (block.left, block.right))
+            out.append(f"<table><tr><td><pre>{escape(left)}</pre></td><td><pre>{escape(right)}</pre></td></tr>"
+                       "</table>\n")
+    return "".join(out)
+
+
+def class_page(grades: list[Grade], pairs: list[SimilarPair], links: dict[str, str]) -> str:
+    """``grades.html``: the whole class on one self-contained page; ``links``: learner -> feedback page href."""
+    scores = learner_scores(grades)
+    learners = _table(["学员", "总分", "得分率", "反馈"],
+                      [[escape(name), f"{p}/{t}", _percent(p, t), f"<a href=\"{escape(links[name])}\">反馈</a>"]
+                       for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 3}))
+    review = [[g.key[0], g.key[1], " | ".join(g.review)] for g in grades if g.review]
+    discipline = [[g.key[0], g.commits] for g in grades if g.key[1] == HOMEWORK and g.commits]
+    body = [_HEAD.format(title="班级批改报告"), "<h1>班级批改报告</h1>\n",
+            f"<p>{len(scores)} 位学员,{len(grades)} 个 notebook 行。</p>\n",
+            "<h2 id=\"scores\">得分分布(每个 notebook 和作业;每个点是一位学员)</h2>\n",
+            f"<img alt=\"得分分布\" src=\"{score_chart(grades)}\">\n", _checks_section(grades),
+            f"<h2 id=\"review\">需人工检查({len(review)} 行)</h2>\n", _table(["学员", "notebook", "原因"], review),
+            _similar_section(pairs),
+            f"<h2 id=\"commits\">提交纪律({len(discipline)} 位学员)</h2>\n", _table(["学员", "结论"], discipline),
+            f"<h2 id=\"learners\">学员({len(scores)} 位)</h2>\n", learners, "</body></html>\n"]
+    return "".join(body)
+
+
+def _failed(g: Grade, guide: Guide) -> str:
+    items = []
+    for c in g.checks:
+        if c.passed:
+            continue
+        hint = guide.hint(g.key[1], c.check)
+        items.append(f"<li class=\"fail\">❌ {escape(c.check)}: {escape(c.message or '未通过')}"
+                     + (f"<br>提示: {escape(hint)}" if hint else "")
+                     + f"<br>复现: <code>{escape(guide.reproduce(g.key[1], c.check, c.message))}</code></li>\n")
+    return "<ul>\n" + "".join(items) + "</ul>\n" if items else ""
+
+
+def feedback_page(learner: str, grades: list[Grade], guide: Guide, back: str = "../grades.html") -> str:
+    """One learner's page: the total, then per notebook the failed checks (message, hint tier 1, reproduce)."""
+    passed, total = sum(g.passed for g in grades), sum(g.total for g in grades)
+    out = [_HEAD.format(title=f"批改反馈: {escape(learner)}"), f"<h1>批改反馈: {escape(learner)}</h1>\n",
+           f"<p>总分: {passed}/{total}({_percent(passed, total)})· <a href=\"{escape(back)}\">班级报告</a></p>\n"]
+    for g in sorted(grades, key=lambda g: g.notebook):
+        out.append(f"<h2>{escape(g.key[1])}: {g.passed}/{g.total}</h2>\n")
+        if g.commits:
+            out.append(f"<p>提交纪律: {escape(g.commits)}</p>\n")
+        out.append(_failed(g, guide))
+        ok = [c.check for c in g.checks if c.passed]
+        if ok:
+            out.append(f"<p>✅ 通过: {escape(', '.join(ok))}</p>\n")
+        if g.notes:
+            out.append("<p>说明:</p><ul>" + "".join(f"<li>{escape(n)}</li>" for n in g.notes) + "</ul>\n")
+    out.append("</body></html>\n")
+    return "".join(out)
+
+
+def write_pages(report: Path, grades: list[Grade], guide: Guide | None = None,
+                pairs: list[SimilarPair] | None = None) -> Path:
+    """Write ``grades.html`` next to ``report`` and the learners' HTML pages; the class page's path.
+
+    ``pairs`` None: the flagged rows of ``<report>.similarity.csv`` where it exists (no side-by-side).
+    """
+    report = Path(report)
+    folder = report.with_name(report.stem + "_feedback")
+    folder.mkdir(parents=True, exist_ok=True)
+    guide = guide or Guide()
+    if pairs is None:
+        pairs = read_similar_pairs(report.with_name(report.stem + ".similarity.csv"))
+    by_learner: dict[str, list[Grade]] = {}
+    for g in grades:
+        by_learner.setdefault(g.key[0], []).append(g)
+    page = report.with_suffix(".html")
+    links = {}
+    for learner, base in feedback_names(list(by_learner)).items():
+        text = feedback_page(learner, by_learner[learner], guide, back=f"../{quote(page.name)}")
+        (folder / f"{base}.html").write_text(text, encoding="utf-8")
+        links[learner] = f"{quote(folder.name)}/{quote(base)}.html"
+    page.write_text(class_page(grades, pairs, links), encoding="utf-8")
+    return page
