@@ -43,15 +43,20 @@ def _merge(argv: list[str]) -> int:
                                 description="Combine the reports of --shard runs into one.")
     p.add_argument("inputs", nargs="+", type=Path, help="the shards' grades CSV files")
     p.add_argument("--report", type=Path, required=True, help="the combined CSV to write")
+    p.add_argument("--solutions", type=Path, default=ROOT / "solutions",
+                   help="reference notebooks, for the hints of the feedback pages (default: solutions/)")
     args = p.parse_args(argv)
+    from course_tools.grade.check_guide import check_guide
+    from course_tools.grade.html_report import write_pages
+    from course_tools.grade.plan import references
+
     try:
+        guide = check_guide(references(args.solutions)[1])
         grades = merge_reports(args.inputs, args.report)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:   # AuthoringError is a ValueError
         print(f"无法合并: {exc}", file=sys.stderr)
         return 2
-    from course_tools.grade.html_report import write_pages
-
-    write_pages(args.report, grades)
+    write_pages(args.report, grades, guide)
     print(table(grades))
     print(f"\n{pass_rate_table(grades)}\n\nwrote {args.report} (+ {args.report.with_suffix('.html').name})")
     return 0
