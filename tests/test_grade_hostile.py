@@ -363,7 +363,9 @@ def test_csv_parses_with_a_row_per_learner_per_notebook(graded):
     assert files["class/good/.ipynb_checkpoints"]["reason"].startswith("隐藏")
     assert files["class/dup/01_fixture (1).ipynb"]["reason"].startswith("重复")
     assert files["class/good/notes.txt"]["reason"].startswith("不是 notebook")
-    feedback = sorted(p.name for p in report.with_name("grades_feedback").iterdir())
+    feedback = sorted(p.name for p in report.with_name("grades_feedback").glob("*.md"))
     assert len(feedback) == len(learners)
+    pages = sorted(p.name for p in report.with_name("grades_feedback").iterdir() if p.suffix != ".md")
+    assert pages == sorted(name.removesuffix(".md") + ".html" for name in feedback)   # one HTML page per learner too
     rates = list(csv.DictReader(open(report.with_name("grades.pass_rate.csv"), encoding="utf-8")))
     assert {r["check"] for r in rates} == {"check-add", "check-square", "check-answers", "check-cube"}

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_tools.cells import CHECK, tagged
 from course_tools.grade.answers import outside_check
@@ -33,6 +34,9 @@ from course_tools.grade.options import Options
 from course_tools.grade.plan import cell_source, references
 from course_tools.grade.report import CheckOutcome, Grade, Report, safe_field
 from course_tools.sandbox import SandboxUnavailable, check_available, private_dir, readonly_paths
+
+if TYPE_CHECKING:
+    from course_tools.grade.html_report import SimilarPair
 
 __all__ = ["ROOT", "UnknownLearner", "grade_all"]
 
@@ -123,7 +127,7 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
 
 
 def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict[str, str]], report: Path | None,
-                verbose: bool) -> list:
+                verbose: bool) -> list[SimilarPair]:
     """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed);
     the flagged pairs with their shared lines, for the class page."""
     from course_tools.grade.html_report import similar_pairs
