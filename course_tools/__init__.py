@@ -3,7 +3,8 @@
 - ``checks``    one module per notebook: the self-checks called from ``check`` cells
                 (``nb10_homework`` runs the learner's homework scripts; ``upgrades`` lists them)
 - ``quiz``      self-test questions with widgets and a plain-text fallback
-- ``progress``  the learner's ledger of passed checks and its dashboard (``python -m course_tools.progress``)
+- ``ledger``    the learner's ledger of checks run (passed, failed, not started) and hints seen
+- ``progress``  the dashboard read from it (``python -m course_tools.progress``)
 - ``release``   generates ``notebooks/`` from ``solutions/`` (``python -m course_tools.release``)
 - ``cells``     the notebook glob and the cell tags (``exercise``, ``check``, ``solution-only``)
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed

@@ -2,7 +2,7 @@
 
 ``COURSE_FAST=1`` shrinks data and step counts (same code path); wandb stays offline and
 silent, so nothing reaches the network and no login prompt blocks a run; ``COURSE_PROGRESS=off``
-keeps tests, grading and releases out of the learner's progress ledger (``course_tools.progress``);
+keeps tests, grading and releases out of the learner's progress ledger (``course_tools.ledger``);
 ``COURSE_CHECKS=strict`` makes an unfinished exercise a failed check there, never the calm "还没做" note a
 learner's own Jupyter shows (``course_tools.checks.exercise_check``).
 

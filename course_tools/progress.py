@@ -1,201 +1,28 @@
-"""The learner's progress ledger and dashboard (reference machinery; 00 shows the dashboard).
-
-Every check records its outcome in one small JSON file on the learner's own machine: which
-check, passed or failed, when, and how many hint tiers (``course_tools.checks.hint``) were
-shown; the self-test (``course_tools.quiz``) records each question's latest verdict. The file
-is ``$COURSE_PROGRESS`` when set (``off`` or empty: record nothing), else
-``notebooks/.progress.json`` of this checkout (ignored by git). Nothing is ever sent anywhere.
-
-Recording never breaks a check: a folder that cannot be written (the grader's read-only
-sandbox) is skipped silently; a corrupt or hand-edited ledger is moved aside (or its bad
-entries dropped) with a one-line note, and recording starts afresh. Two kernels writing at
-once lose nothing: every update holds ``fcntl.lockf`` on ``<ledger>.lock`` around
-read-modify-write, and the write itself is atomic (``course_utils.durable.atomic_write_json``).
-
-``python -m course_tools.progress`` prints the dashboard: per notebook the exercises passed
-(counted from the released notebooks' check cells), the self-test score, the homework
-upgrades (``course_tools.checks.upgrades.UPGRADE_LIST``) and the next unfinished exercise
-with its notebook section; :func:`show` renders the same as HTML in a notebook.
+"""The learner's dashboard (reference machinery; 00 shows it): per notebook the exercises passed
+(counted from the released notebooks' check cells) and those in progress or passed-then-failed, the
+self-test score over its scored questions, the homework upgrades
+(``course_tools.checks.upgrades.UPGRADE_LIST``) and where to go next: the exercise the learner is stuck
+on, else the first one not started, with its notebook section. Read from the ledger
+(:mod:`course_tools.ledger`); ``python -m course_tools.progress`` prints it, :func:`show` renders it
+as HTML in a notebook.
 """
 from __future__ import annotations
 
-import contextlib
-import datetime
 import html
 import json
-import os
 import re
-import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import quote
-
-try:
-    import fcntl
-except ImportError:  # Windows: one kernel at a time is the common case there; the write stays atomic
-    fcntl = None  # type: ignore[assignment]
 
 from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_tools.checks.upgrades import UPGRADE_LIST
-from course_utils.durable import atomic_write_json
+from course_tools.ledger import NOTEBOOKS, ledger_path, load
 
-__all__ = ["LEDGER_NAME", "NOTEBOOKS", "ledger_path", "load", "record_check", "record_hint", "record_quiz",
-           "hints_shown", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "text", "html_table",
+__all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "text", "html_table",
            "show", "main"]
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
-LEDGER_NAME = ".progress.json"
-VERSION = 1
-_OFF = ("", "off")
-_CHECK_KEY = re.compile(r"^nb\d\d\w*\.check_\w+$")
-_noted: set[str] = set()
-
-
-def ledger_path() -> Path | None:
-    """Where the ledger lives: ``$COURSE_PROGRESS``, or ``notebooks/.progress.json``; None when switched off."""
-    value = os.environ.get("COURSE_PROGRESS")
-    if value is None:
-        return NOTEBOOKS / LEDGER_NAME
-    if value.strip().lower() in _OFF:
-        return None
-    return Path(value).expanduser()
-
-
-def _now() -> str:
-    return datetime.datetime.now().isoformat(timespec="seconds")
-
-
-def _note(path: Path, what: str) -> None:
-    if str(path) not in _noted:  # one line per ledger and process
-        _noted.add(str(path))
-        print(f"⚠️ 进度记录 {path} {what}", file=sys.stderr)
-
-
-def _empty() -> dict[str, Any]:
-    return {"version": VERSION, "checks": {}, "quizzes": {}}
-
-
-def _valid_check(entry: Any) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("passed"), bool)
-            and all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) and entry[k] >= 0
-                    for k in ("passes", "failures", "hints")) and isinstance(entry.get("time"), str))
-
-
-def _valid_quiz(entry: Any) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("answers"), dict)
-            and all(isinstance(v, bool) for v in entry["answers"].values())
-            and isinstance(entry.get("total"), int) and entry["total"] > 0)
-
-
-def _read(path: Path, repair: bool) -> dict[str, Any]:
-    """The ledger at ``path``; a corrupt one is moved aside (``repair``) or ignored, with a note."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return _empty()
-    try:
-        data = json.loads(raw.decode("utf-8"))
-        if not isinstance(data, dict) or not isinstance(data.get("checks"), dict) \
-                or not isinstance(data.get("quizzes"), dict):
-            raise ValueError("not a ledger")
-    except (ValueError, UnicodeDecodeError):
-        if repair:
-            aside = path.with_name(path.name + ".corrupt")
-            os.replace(path, aside)
-            _note(path, f"无法读取,已移到 {aside.name},重新开始记录")
-        else:
-            _note(path, "无法读取,这次先忽略它")
-        return _empty()
-    checks = {k: v for k, v in data["checks"].items() if _CHECK_KEY.match(str(k)) and _valid_check(v)}
-    quizzes = {k: v for k, v in data["quizzes"].items() if _valid_quiz(v)}
-    if len(checks) < len(data["checks"]) or len(quizzes) < len(data["quizzes"]):
-        _note(path, "里有看不懂的条目(手改过?),已忽略它们")
-    return {"version": VERSION, "checks": checks, "quizzes": quizzes}
-
-
-def load(path: Path | None = None) -> dict[str, Any]:
-    """The ledger as a dict (``checks``, ``quizzes``); empty when there is none or it cannot be read."""
-    path = path or ledger_path()
-    if path is None:
-        return _empty()
-    try:
-        return _read(path, repair=False)
-    except OSError:
-        return _empty()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        if fcntl is not None:
-            fcntl.lockf(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.lockf(lock, fcntl.LOCK_UN)
-
-
-def _update(change: Callable[[dict[str, Any]], None]) -> None:
-    """Read, change and write the ledger under its lock; skipped silently when it cannot be written."""
-    path = ledger_path()
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path):
-            data = _read(path, repair=True)
-            change(data)
-            atomic_write_json(path, data)
-    except OSError:  # a read-only folder (the grader's sandbox), a full disk: the check still counts
-        pass
-
-
-def _entry(data: dict[str, Any], check: str) -> dict[str, Any]:
-    return data["checks"].setdefault(check, {"passed": False, "passes": 0, "failures": 0, "hints": 0,
-                                             "time": _now()})
-
-
-def record_check(check: str, ok: bool | None) -> None:
-    """Record one run of ``check`` (``"nb01_amp.check_amp_train_step"``): passed, failed, or None for an
-    exercise not attempted yet (its stub ran: nothing counted, ``last`` says so)."""
-    def change(data: dict[str, Any]) -> None:
-        entry = _entry(data, check)
-        if ok is not None:
-            entry["passed"] = entry["passed"] or ok
-            entry["passes" if ok else "failures"] += 1
-        entry["last"] = {True: "passed", False: "failed", None: "not_started"}[ok]
-        entry["time"] = _now()
-    _update(change)
-
-
-def record_hint(check: str, tier: int) -> None:
-    """Record that hint tier ``tier`` (1-based) of ``check`` was shown."""
-    def change(data: dict[str, Any]) -> None:
-        entry = _entry(data, check)
-        entry["hints"] = max(entry["hints"], tier)
-    _update(change)
-
-
-def hints_shown(check: str) -> int:
-    """The highest hint tier of ``check`` shown so far (0: none)."""
-    return int(load()["checks"].get(check, {}).get("hints", 0))
-
-
-def record_quiz(title: str, answers: dict[str, bool], total: int) -> None:
-    """Record the latest verdict of each answered question of the quiz ``title`` (``total`` questions)."""
-    def change(data: dict[str, Any]) -> None:
-        entry = data["quizzes"].setdefault(title, {"answers": {}, "total": total})
-        entry["answers"].update({str(k): bool(v) for k, v in answers.items()})
-        entry["total"] = total
-        entry["time"] = _now()
-    _update(change)
-
-
-# ------------------------------------------------------------------ the dashboard
 
 _IMPORT = re.compile(r"from\s+course_tools\.checks\.(nb\d\d\w*)\s+import")
 _CALL = re.compile(r"\b(check_\w+)\s*\(")
@@ -237,6 +64,30 @@ def exercises(folder: Path = NOTEBOOKS) -> list[Exercise]:
     return found
 
 
+STATES = {"not_started": "未开始", "in_progress": "进行中", "passed": "已通过", "regressed": "通过后又失败"}
+
+
+def state(entry: dict[str, Any] | None) -> str:
+    """One exercise's state from its ledger entry: a key of :data:`STATES`.
+
+    Passed once and failed on the last run is ``regressed`` (the ledger keeps ``passed``; the learner
+    should know the cell no longer passes); failures or hints seen without a pass are ``in_progress``.
+    """
+    if not entry:
+        return "not_started"
+    if entry.get("passed"):
+        return "regressed" if entry.get("last") == "failed" else "passed"
+    return "in_progress" if entry.get("failures") or entry.get("hints") else "not_started"
+
+
+def _attempts(entry: dict[str, Any] | None) -> str:
+    """``失败 3 次,看过 2 级提示`` (empty when neither)."""
+    entry = entry or {}
+    parts = ([f"失败 {entry['failures']} 次"] if entry.get("failures") else []) + \
+        ([f"看过 {entry['hints']} 级提示"] if entry.get("hints") else [])
+    return ",".join(parts)
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the dashboard."""
@@ -247,47 +98,57 @@ class Row:
     detail: str
 
 
-def _homework() -> list[tuple[int, str, str]]:
-    """``(number, title, ledger key)`` of each homework upgrade."""
-    return [(u.number, u.title, f"nb10_homework.{u.check}") for u in UPGRADE_LIST]
+def _homework(folder: Path) -> list[Exercise]:
+    """Each homework upgrade as an :class:`Exercise` of 10 (its ledger key is its check's)."""
+    page = next((p.name for p in sorted(folder.glob("10_*.ipynb"))), "10_homework.ipynb")
+    return [Exercise(Path(page).stem, f"nb10_homework.{u.check}", f"作业升级 {u.number}: {u.title}", page)
+            for u in UPGRADE_LIST]
+
+
+def _detail(items: list[Exercise], checks: dict[str, Any]) -> list[str]:
+    """The exercises of one notebook that are not simply passed, with their state and attempts."""
+    notes = []
+    for ex in items:
+        entry = checks.get(ex.check)
+        if state(entry) in ("in_progress", "regressed"):
+            attempts = _attempts(entry)
+            notes.append(f"{ex.check.split('.')[1]} {STATES[state(entry)]}" + (f"({attempts})" if attempts else ""))
+    return notes
 
 
 def dashboard(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> list[Row]:
-    """Per notebook: exercises passed / total and a detail (hints used, self-test score, upgrades)."""
+    """Per notebook: exercises passed / total and a detail (exercises in progress or regressed, the
+    self-test's score over its scored questions, the homework upgrades)."""
     ledger = load() if ledger is None else ledger
     checks = ledger["checks"]
-    rows = []
     by_notebook: dict[str, list[Exercise]] = {}
     for ex in exercises(folder):
         by_notebook.setdefault(ex.notebook, []).append(ex)
+    rows = []
     for notebook, items in by_notebook.items():
-        done = sum(bool(checks.get(ex.check, {}).get("passed")) for ex in items)
-        hints = sum(int(checks.get(ex.check, {}).get("hints", 0)) for ex in items)
-        detail = [f"看过 {hints} 级提示"] if hints else []
+        detail = _detail(items, checks)
         if notebook.startswith("09"):
-            for title, quiz in ledger["quizzes"].items():
-                detail.append(f"{title}: 答对 {sum(quiz['answers'].values())}/{quiz['total']}")
+            detail += [f"{title}: 答对 {sum(q['answers'].values())}/{q['total']}" for title, q in ledger["quizzes"].items()]
+        done = sum(state(checks.get(ex.check)) == "passed" for ex in items)
         rows.append(Row(notebook, done, len(items), ";".join(detail)))
-    upgrades = _homework()
-    marks = " ".join(f"{number}{'✅' if checks.get(key, {}).get('passed') else '·'}" for number, _, key in upgrades)
-    homework = next((p.stem for p in sorted(folder.glob("10_*.ipynb"))), "10_homework")
-    rows.append(Row(homework, sum(bool(checks.get(key, {}).get("passed")) for _, _, key in upgrades), len(upgrades),
-                    f"作业升级 {marks}"))
+    upgrades = _homework(folder)
+    marks = " ".join(f"{n}{'✅' if state(checks.get(u.check)) == 'passed' else '·'}" for n, u in enumerate(upgrades, 1))
+    rows.append(Row(upgrades[0].notebook, sum(state(checks.get(u.check)) == "passed" for u in upgrades), len(upgrades),
+                    ";".join([f"作业升级 {marks}", *_detail(upgrades, checks)])))
     return sorted(rows, key=lambda r: r.notebook)
 
 
 def next_exercise(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> Exercise | None:
-    """The first exercise (in notebook order, then the homework upgrades) not passed yet; None when all are."""
+    """Where to go next: the exercise the learner is stuck on (in progress or regressed; the one touched
+    last), else the first one not started (in notebook order, then the homework upgrades); None when
+    every one has passed."""
     ledger = load() if ledger is None else ledger
     checks = ledger["checks"]
-    for ex in exercises(folder):
-        if not checks.get(ex.check, {}).get("passed"):
-            return ex
-    homework = next((p.name for p in sorted(folder.glob("10_*.ipynb"))), "10_homework.ipynb")
-    for number, title, key in _homework():
-        if not checks.get(key, {}).get("passed"):
-            return Exercise(Path(homework).stem, key, f"作业升级 {number}: {title}", homework)
-    return None
+    every = exercises(folder) + _homework(folder)
+    stuck = [ex for ex in every if state(checks.get(ex.check)) in ("in_progress", "regressed")]
+    if stuck:
+        return max(stuck, key=lambda ex: checks[ex.check].get("time", ""))
+    return next((ex for ex in every if state(checks.get(ex.check)) != "passed"), None)
 
 
 def _width(s: str) -> int:
@@ -298,10 +159,17 @@ def _pad(s: str, width: int) -> str:
     return s + " " * (width - _width(s))
 
 
-def _next_line(ex: Exercise | None) -> str:
+def _next_line(ex: Exercise | None, ledger: dict[str, Any]) -> str:
     if ex is None:
         return "全部完成:每个练习和作业升级都通过了。"
-    return f"下一步: notebooks/{ex.notebook}.ipynb 的「{ex.section}」({ex.check.split('.')[1]})"
+    entry = ledger["checks"].get(ex.check)
+    why = {"in_progress": "卡在这里", "regressed": "通过过,最近一次没通过"}.get(state(entry), "下一个没做的")
+    attempts = _attempts(entry)
+    return (f"下一步({why}{',' + attempts if attempts else ''}): notebooks/{ex.notebook}.ipynb 的「{ex.section}」"
+            f"({ex.check.split('.')[1]})")
+
+
+SCROLL = "JupyterLab 打开笔记本时停在开头:在左栏的目录(Table of Contents)里点这一节的标题即可跳过去。"
 
 
 def text(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> str:
@@ -313,7 +181,8 @@ def text(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> str:
     lines = ["  ".join((_pad(row[0], widths[0]), _pad(row[1], widths[1]), row[2])).rstrip() for row in (head, *body)]
     lines.insert(1, "-" * (sum(widths) + 8))
     path = ledger_path()
-    lines += ["", _next_line(next_exercise(ledger, folder)),
+    ex = next_exercise(ledger, folder)
+    lines += ["", _next_line(ex, ledger), *([SCROLL] if ex else []),
               f"(记录在 {path},只在你的电脑上)" if path else "(进度记录已关闭: COURSE_PROGRESS=off)"]
     return "\n".join(lines)
 
@@ -325,11 +194,11 @@ def html_table(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -
     rows = "".join(f"<tr><td><a href=\"{esc(r.notebook)}.ipynb\">{esc(r.notebook)}</a></td>"
                    f"<td>{r.done}/{r.total}</td><td>{esc(r.detail)}</td></tr>" for r in dashboard(ledger, folder))
     ex = next_exercise(ledger, folder)
-    if ex is None:
-        after = f"<p class=\"next\">{esc(_next_line(None))}</p>"
-    else:
-        after = (f"<p class=\"next\">下一步: <a href=\"{esc(ex.link)}\">{esc(ex.notebook)} 的「{esc(ex.section)}」</a>"
-                 f"({esc(ex.check.split('.')[1])})</p>")
+    line = esc(_next_line(ex, ledger))
+    if ex is not None:  # the link opens the notebook; the line names the section to click in its contents
+        target = f"notebooks/{ex.notebook}.ipynb"
+        line = line.replace(esc(target), f"<a href=\"{esc(ex.link)}\">{esc(target)}</a>", 1) + f"<br>{esc(SCROLL)}"
+    after = f"<p class=\"next\">{line}</p>"
     return ("<div class=\"course-progress\"><table><thead><tr><th>笔记本</th><th>通过</th><th>说明</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>{after}</div>")
 

@@ -14,7 +14,7 @@ tolerance) or a short text answer (keyword groups: every group needs one hit).
   ``quiz.reveal("q3")`` prints a reference answer.
 
 Each verdict (``grade`` and the 检查 button) goes into the learner's local progress ledger
-(:func:`course_tools.progress.record_quiz`, keyed by the quiz's title): the dashboard shows
+(:func:`course_tools.ledger.record_quiz`, keyed by the quiz's title): the dashboard shows
 the self-test score.
 
 Widget state is not saved in the notebook, so anything graded automatically (nbval,
@@ -142,6 +142,7 @@ class Quiz:
         if len(set(ids)) != len(ids):
             raise ValueError("题号重复")
         self.by_id = {q.id: q for q in self.questions}
+        self.scored = [q.id for q in self.questions if q.kind != "text"]  # a short answer is feedback, not a mark
 
     def select(self, ids: Iterable[str] | str | None = None) -> list[Question]:
         if ids is None:
@@ -171,15 +172,19 @@ class Quiz:
                 print(f"{'✅' if fb.correct else '❌'} {qid}: {fb.message}")
             if unknown:
                 print(f"⚠️ 没有这些题号: {', '.join(unknown)}")
-            right = sum(fb.correct for fb in results.values())
-            print(f"得分 {right}/{len(self.questions)}"
-                  + (f"(未作答 {len(self.questions) - len(results)} 题)" if len(results) < len(self.questions) else ""))
+            right = sum(results[qid].correct for qid in self.scored if qid in results)
+            unanswered = sum(qid not in results for qid in self.scored)
+            print(f"得分 {right}/{len(self.scored)}" + (f"(未作答 {unanswered} 题)" if unanswered else "")
+                  + ("(简答题不计分)" if len(self.scored) < len(self.questions) else ""))
         return results
 
     def _record(self, verdicts: dict[str, bool]) -> None:
-        from course_tools.progress import record_quiz
+        """The scored questions' verdicts into the learner's ledger (a short answer is not a mark)."""
+        from course_tools.ledger import record_quiz
 
-        record_quiz(self.title, verdicts, len(self.questions))
+        scored = {qid: ok for qid, ok in verdicts.items() if qid in self.scored}
+        if scored:
+            record_quiz(self.title, scored, len(self.scored))
 
     def reveal(self, qid: str) -> str:
         """Print (and return) the reference answer of one question."""

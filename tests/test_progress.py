@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_tools import progress
+from course_tools import ledger as ledger_module, progress
 from course_tools.cells import NOTEBOOK_GLOB
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08_time_estimate import check_estimate_hours
@@ -30,7 +30,7 @@ KEY = "nb08_time_estimate.check_estimate_hours"
 def ledger(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "ledger" / ".progress.json"
     monkeypatch.setenv("COURSE_PROGRESS", str(path))
-    progress._noted.clear()
+    ledger_module._noted.clear()
     return path
 
 
@@ -52,14 +52,14 @@ def test_a_passing_check_is_recorded_under_its_notebook_and_name(ledger):
 def test_switched_off_records_nothing(ledger, monkeypatch):
     monkeypatch.setenv("COURSE_PROGRESS", "off")
     check_estimate_hours(_fn(RIGHT))
-    assert progress.ledger_path() is None and not ledger.parent.exists()
+    assert ledger_module.ledger_path() is None and not ledger.parent.exists()
 
 
 def test_a_corrupt_ledger_is_moved_aside_with_one_note_and_recording_goes_on(ledger, capsys):
     ledger.parent.mkdir()
     ledger.write_text("{ this is not json")
     check_estimate_hours(_fn(RIGHT))
-    progress.record_check(KEY, True)
+    ledger_module.record_check(KEY, True)
     notes = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(notes) == 1 and "无法读取" in notes[0], notes
     assert ledger.with_name(".progress.json.corrupt").read_text() == "{ this is not json"
@@ -71,7 +71,7 @@ def test_hand_edited_entries_are_dropped_the_rest_kept(ledger, capsys):
     good = {"passed": True, "passes": 1, "failures": 0, "hints": 0, "time": "2026-01-01T00:00:00"}
     ledger.write_text(json.dumps({"checks": {KEY: good, "nb01_amp.check_amp_train_step": {"passed": "yes"},
                                              "not a key": good}, "quizzes": {"q": {"answers": 3}}}))
-    progress.record_check("nb02_grad_clipping.check_global_clip", False)
+    ledger_module.record_check("nb02_grad_clipping.check_global_clip", False)
     assert "看不懂的条目" in capsys.readouterr().err
     data = json.loads(ledger.read_text())
     assert set(data["checks"]) == {KEY, "nb02_grad_clipping.check_global_clip"} and data["quizzes"] == {}
@@ -88,7 +88,7 @@ def test_an_unwritable_place_never_fails_a_check(tmp_path, monkeypatch, capsys):
 
 _HAMMER = textwrap.dedent("""
     import sys
-    from course_tools.progress import record_check, record_hint
+    from course_tools.ledger import record_check, record_hint
     me, rounds = sys.argv[1], int(sys.argv[2])
     for i in range(rounds):
         record_check("nb01_amp.check_shared", i % 2 == 0)
@@ -114,9 +114,9 @@ def test_two_kernels_writing_at_once_lose_nothing(ledger):
 def test_the_quiz_records_each_verdict(ledger):
     from course_tools.quiz import Question, Quiz
 
-    quiz = Quiz([Question("q1", "1+1?", kind="number", answer=2), Question("q2", "2+2?", kind="number", answer=4)],
-                title="测验")
-    quiz.grade({"q1": 2, "q2": 5}, verbose=False)
+    quiz = Quiz([Question("q1", "1+1?", kind="number", answer=2), Question("q2", "2+2?", kind="number", answer=4),
+                 Question("q3", "为什么?", kind="text", keywords=(("因为",),))], title="测验")
+    quiz.grade({"q1": 2, "q2": 5, "q3": "因为"}, verbose=False)       # q3, a short answer, is not scored
     quiz.grade({"q2": 4}, verbose=False)
     assert json.loads(ledger.read_text())["quizzes"]["测验"]["answers"] == {"q1": True, "q2": True}
     assert "测验: 答对 2/2" in progress.text()
@@ -132,7 +132,7 @@ def test_the_plain_text_self_test_records_its_score(ledger):
     answers = json.loads(ledger.read_text())["quizzes"][QUIZ.title]["answers"]
     assert "q2" not in answers and answers["q1"] is False and sum(answers.values()) == len(GRADED_IDS) - 2
     check_self_test_answers(lambda: right)
-    assert f"{QUIZ.title}: 答对 {len(GRADED_IDS)}/{len(QUIZ.questions)}" in progress.text()
+    assert f"{QUIZ.title}: 答对 {len(GRADED_IDS)}/{len(GRADED_IDS)}" in progress.text()  # q12 is not scored
 
 
 def test_every_released_check_cell_is_an_exercise_with_a_real_check_and_section():
@@ -149,9 +149,9 @@ def test_every_released_check_cell_is_an_exercise_with_a_real_check_and_section(
 
 
 def _ledger_with(passed: list[str]) -> dict:
-    entry = {"passed": True, "passes": 1, "failures": 0, "hints": 2, "time": "2026-01-01T00:00:00"}
+    entry = {"passed": True, "passes": 1, "failures": 0, "hints": 2, "time": "2026-01-01T00:00:00", "last": "passed"}
     return {"checks": {k: dict(entry) for k in passed},
-            "quizzes": {"0.4 训练工程常识 · 自测题": {"answers": {"q1": True, "q2": False}, "total": 12}}}
+            "quizzes": {"0.4 训练工程常识 · 自测题": {"answers": {"q1": True, "q2": False}, "total": 11}}}
 
 
 def test_dashboard_counts_passes_scores_upgrades_and_names_the_next_exercise():
@@ -160,16 +160,41 @@ def test_dashboard_counts_passes_scores_upgrades_and_names_the_next_exercise():
     ledger = _ledger_with([ex.check for ex in first_nb] + ["nb10_homework.check_config"])
     rows = {r.notebook: r for r in progress.dashboard(ledger)}
     assert (rows[found[0].notebook].done, rows[found[0].notebook].total) == (len(first_nb), len(first_nb))
-    assert f"看过 {2 * len(first_nb)} 级提示" in rows[found[0].notebook].detail
     homework = rows["10_homework"]
     assert (homework.done, homework.total) == (1, 5) and "1✅ 2·" in homework.detail
-    assert "答对 1/12" in rows[[n for n in rows if n.startswith("09")][0]].detail
+    assert "答对 1/11" in rows[[n for n in rows if n.startswith("09")][0]].detail
     nxt = progress.next_exercise(ledger)
     assert nxt == found[len(first_nb)]
     assert f"notebooks/{nxt.notebook}.ipynb 的「{nxt.section}」" in progress.text(ledger)
+    assert "下一个没做的" in progress.text(ledger) and progress.SCROLL in progress.text(ledger)
     everything = _ledger_with([ex.check for ex in found] + [f"nb10_homework.{c}" for c in (
         "check_config", "check_resume", "check_clipping", "check_ema")])
     assert progress.next_exercise(everything).section.startswith("作业升级 5")
+
+
+def test_dashboard_tells_each_state_and_sends_the_learner_where_they_are_stuck():
+    found = progress.exercises()
+    a, b, c, d = found[0], found[1], found[3], found[5]   # passed, regressed, stuck, not started (rest: not run)
+    ledger = _ledger_with([a.check])
+    ledger["checks"][b.check] = {"passed": True, "passes": 1, "failures": 1, "hints": 0, "last": "failed",
+                                 "time": "2026-01-02T00:00:00"}
+    ledger["checks"][c.check] = {"passed": False, "passes": 0, "failures": 3, "hints": 1, "last": "failed",
+                                 "time": "2026-01-03T00:00:00"}
+    ledger["checks"][d.check] = {"passed": False, "passes": 0, "failures": 0, "hints": 0, "last": "not_started",
+                                 "time": "2026-01-04T00:00:00"}
+    checks = ledger["checks"]
+    assert [progress.state(checks.get(ex.check)) for ex in (a, b, c, d)] == \
+        ["passed", "regressed", "in_progress", "not_started"]
+    rows = {r.notebook: r for r in progress.dashboard(ledger)}
+    assert rows[a.notebook].done == 1                                   # a regressed exercise is not counted passed
+    assert f"{b.check.split('.')[1]} 通过后又失败(失败 1 次)" in rows[b.notebook].detail
+    assert f"{c.check.split('.')[1]} 进行中(失败 3 次,看过 1 级提示)" in rows[c.notebook].detail
+    assert progress.next_exercise(ledger) == c                          # stuck, touched last
+    assert "卡在这里,失败 3 次,看过 1 级提示" in progress.text(ledger)
+    checks[b.check]["time"] = "2026-01-05T00:00:00"
+    assert progress.next_exercise(ledger) == b and "通过过,最近一次没通过" in progress.text(ledger)
+    del checks[b.check], checks[c.check]
+    assert progress.next_exercise(ledger) == found[1]                   # nothing stuck: the first not passed
 
 
 class _Table(html.parser.HTMLParser):
@@ -209,7 +234,7 @@ def test_html_has_one_row_per_notebook_and_links_the_next_section():
 
 
 def test_the_module_prints_the_dashboard(ledger):
-    progress.record_check("nb01_amp.check_needs_scaler", True)
+    ledger_module.record_check("nb01_amp.check_needs_scaler", True)
     out = subprocess.run([sys.executable, "-m", "course_tools.progress"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, env={**os.environ})
     assert out.returncode == 0, out.stderr
@@ -243,7 +268,7 @@ _SANDBOXED = RIGHT + textwrap.dedent("""
         check_estimate_hours(lambda *a: 1.0)
     except CheckFailed as exc:
         print("FAILED", exc.check)
-    from course_tools.progress import ledger_path
+    from course_tools.ledger import ledger_path
     path = ledger_path()
     print("LEDGER", path, path is not None and path.exists())
 """)
@@ -281,7 +306,7 @@ def test_the_dashboard_renders_in_headless_chromium(tmp_path, ledger):
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     from nbconvert import HTMLExporter
 
-    progress.record_check("nb01_amp.check_amp_train_step", True)
+    ledger_module.record_check("nb01_amp.check_amp_train_step", True)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("from course_tools.progress import show\nshow()")]
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()

@@ -48,7 +48,7 @@ def test_grade_text_and_reveal(capsys):
     results = quiz.grade({"a": "B", "b": "A", "zz": 1})
     out = capsys.readouterr().out
     assert results["a"].correct and not results["b"].correct
-    assert "得分 1/4" in out and "zz" in out
+    assert "得分 1/3(未作答 1 题)(简答题不计分)" in out and "zz" in out   # d is a short answer: feedback only
     assert "QUIZ.grade" in quiz.text() and "[c]" in quiz.text("c")
     assert "因为 y" in quiz.reveal("a")
     assert parse_answers("a: B\nb = AC\n") == {"a": "B", "b": "AC"}

@@ -19,7 +19,7 @@ stops it. Wherever ``COURSE_CHECKS=strict`` is set (the grader, nbval, the tests
 check exactly like a wrong answer, so no verdict can be earned by looking unattempted.
 
 Every check's outcome goes into the learner's local progress ledger
-(:mod:`course_tools.progress`): a pass from :func:`passed`, a failure where it is shown.
+(:mod:`course_tools.ledger`): a pass from :func:`passed`, a failure where it is shown.
 After a failed check, :func:`hint` (also available as ``hint()`` in the notebook once a
 check module is imported) prints the next tier of that check's hints: a check module may
 define ``HINTS = {"check_name": ("the concept", "the section that teaches it", "the line
@@ -69,7 +69,7 @@ def _record(check: str | None, ok: bool | None) -> None:
     if check is None:
         return
     try:
-        from course_tools.progress import record_check
+        from course_tools.ledger import record_check
 
         record_check(check, ok)
     except Exception:  # noqa: BLE001 (the ledger is a convenience: a check's verdict never depends on it)
@@ -281,7 +281,7 @@ def hint(check: str | Callable[..., Any] | None = None) -> None:
     if not tiers:
         print(f"{name} 还没有分级提示:先读检查消息里的「提示」一行,再回到讲它的那一节")
         return
-    from course_tools.progress import hints_shown, record_hint
+    from course_tools.ledger import hints_shown, record_hint
 
     tier = min(max(_tiers_shown.get(key, 0), hints_shown(key)) + 1, len(tiers))
     _tiers_shown[key] = tier
