@@ -21,8 +21,8 @@ from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_tools.checks.upgrades import UPGRADE_LIST
 from course_tools.ledger import NOTEBOOKS, ledger_path, load
 
-__all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "text", "html_table",
-           "show", "main"]
+__all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "still_open", "text",
+           "html_table", "show", "main"]
 
 _IMPORT = re.compile(r"from\s+course_tools\.checks\.(nb\d\d\w*)\s+import")
 _CALL = re.compile(r"\b(check_\w+)\s*\(")
@@ -149,6 +149,31 @@ def next_exercise(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS
     if stuck:
         return max(stuck, key=lambda ex: checks[ex.check].get("time", ""))
     return next((ex for ex in every if state(checks.get(ex.check)) != "passed"), None)
+
+
+def still_open(notebook: str) -> None:
+    """Print the exercises of ``notebook`` (``"07_single_batch_overfit"``) not passed yet, with their state.
+
+    The last cell of every learner copy calls it (``course_tools.release`` adds it), so a Run All ends
+    with what is left to do. Never raises: a missing ledger or notebook folder only shortens the list.
+    """
+    if ledger_path() is None:
+        print("进度记录已关闭(COURSE_PROGRESS=off):这里列不出还没通过的练习。")
+        return
+    try:
+        items = [ex for ex in exercises() if ex.notebook == notebook]
+    except (OSError, ValueError):
+        items = []
+    checks = load()["checks"]
+    left = [ex for ex in items if state(checks.get(ex.check)) != "passed"]
+    if not left:
+        print(f"✅ 本笔记本的 {len(items)} 个练习都通过了。" if items else "本笔记本没有带检查的练习。")
+        return
+    print(f"本笔记本还有 {len(left)}/{len(items)} 个练习没通过:")
+    for ex in left:
+        entry = checks.get(ex.check)
+        attempts = _attempts(entry)
+        print(f"  - 「{ex.section}」 {ex.check.split('.')[1]}: {STATES[state(entry)]}" + (f"({attempts})" if attempts else ""))
 
 
 def _width(s: str) -> int:

@@ -5,7 +5,9 @@
   ``raise NotImplementedError("<hint>")``; the hint is any text after
   ``### BEGIN SOLUTION`` on its line (a default hint otherwise);
 - cells tagged ``solution-only`` are dropped;
-- outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept.
+- outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept;
+- a notebook with check cells ends with a cell listing its exercises not passed yet
+  (``course_tools.progress.still_open``), so a Run All ends with what is left to do.
 
     python -m course_tools.release            # regenerate notebooks/
     python -m course_tools.release --check    # exit 1 if notebooks/ is stale
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools.cells import EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
+from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
 from course_tools.claims import STRICT_ENV
 from course_tools.noninteractive import quiet_environ
 
@@ -73,6 +75,15 @@ def _where(name: str, index: int, cell: nbformat.NotebookNode) -> str:
     return f"{name} 第 {index} 个格子(id {cell.get('id', '?')})"
 
 
+def _still_open_cells(stem: str) -> list[nbformat.NotebookNode]:
+    """The closing cells of a learner copy: its exercises not passed yet (fixed ids: the copy stays stable)."""
+    note = nbformat.v4.new_markdown_cell("## 还没通过的练习\n\n下面这一格按你的进度记录列出本笔记本里还没通过的练习"
+                                         "(Run All 跑到这里就是一份待办清单)。")
+    code = nbformat.v4.new_code_cell(f"from course_tools.progress import still_open\n\nstill_open({stem!r})")
+    note.id, code.id = "still-open-note", "still-open"
+    return [note, code]
+
+
 def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """The released copy of ``solved``: solutions stripped, ``solution-only`` cells dropped, outputs cleared.
 
@@ -97,6 +108,8 @@ def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> n
         elif BEGIN in cell.source or END in cell.source:
             raise AuthoringError(f"{_where(name, index, cell)}: 答案标记只能出现在代码格子里")
         cells.append(cell)
+    if any(CHECK in tags(cell) for cell in cells):
+        cells += _still_open_cells(Path(name).stem)
     nb.cells = cells
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -321,3 +321,22 @@ def test_the_dashboard_renders_in_headless_chromium(tmp_path, ledger):
     parsed.feed(table[:table.index("</div>") + 6])
     assert parsed.rows[1][:2] == ["01_amp", "1/2"]
     assert parsed.links[-1] == progress.exercises()[1].link
+
+
+def test_every_learner_copy_ends_with_its_open_exercises(ledger, capsys):
+    found = progress.exercises()
+    with_checks = {ex.notebook for ex in found}
+    for path in sorted((ROOT / "notebooks").glob(NOTEBOOK_GLOB)):
+        last = nbformat.read(path, as_version=4).cells[-1]
+        if path.stem in with_checks:
+            assert last.id == "still-open" and f"still_open({path.stem!r})" in last.source, path.name
+    first = [ex for ex in found if ex.notebook == found[0].notebook]
+    ledger_module.record_check(first[0].check, True)
+    ledger_module.record_check(first[1].check, False)
+    progress.still_open(found[0].notebook)
+    out = capsys.readouterr().out
+    assert f"还有 {len(first) - 1}/{len(first)} 个练习没通过" in out and first[0].check.split(".")[1] not in out
+    assert f"{first[1].check.split('.')[1]}: 进行中(失败 1 次)" in out
+    ledger_module.record_check(first[1].check, True)
+    progress.still_open(found[0].notebook)
+    assert f"本笔记本的 {len(first)} 个练习都通过了" in capsys.readouterr().out
