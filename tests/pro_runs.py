@@ -146,18 +146,6 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[s
     return out
 
 
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory) -> Path:
-    out = shared_run(tmp_path_factory, "pro-reference", REFERENCE)
-    assert [s for s, _ in train_losses(out)] == list(range(1, REFERENCE_STEPS + 1))
-    return out
-
-
-@pytest.fixture(scope="session")
-def reference_3_epochs(tmp_path_factory) -> Path:
-    return shared_run(tmp_path_factory, "pro-reference-3-epochs", REFERENCE_3_EPOCHS)
-
-
 def load_script():
     """The script as a module (no training: its ``__main__`` blocks do not run)."""
     spec = importlib.util.spec_from_file_location("train_cifar_pro_under_test", SCRIPT)

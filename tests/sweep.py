@@ -10,26 +10,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-import torch
 
 from course_tools.checks import CheckFailed
 
-from course_utils.env import configure_cpu_threads
 
 SWEEP_SEEDS = range(1000, 1050)
-
-
-@pytest.fixture
-def workbook_threads():
-    """Run torch with the workbook's CPU thread policy, then restore the previous setting.
-
-    The sweeps run thousands of tiny steps; on a busy 2-core machine the default of one
-    thread per core made them 30-60x slower than one thread (EMA check: 1.5-3 s vs 0.05 s).
-    """
-    before = torch.get_num_threads()
-    configure_cpu_threads(torch.device("cpu"))
-    yield
-    torch.set_num_threads(before)
 
 
 def failure_twice(check: Callable[..., Any], *args: Any) -> str:

@@ -155,7 +155,7 @@ def test_after_patch_k_the_scripts_pass_checks_1_to_k_in_one_round(learner, afte
 NEXT_CHECK_SAYS = {1: ("unrecognized arguments: --ckpt-every-steps 10", "脚本还不认识 --ckpt-every-steps"),
                    2: ("unrecognized arguments: --clip", "脚本还不认识 --clip"),
                    3: ("unrecognized arguments: --ema-decay", "脚本还不认识 --ema-decay"),
-                   4: (f"找不到 ", "文件名和位置要与本节约定一致")}
+                   4: ("找不到 ", "文件名和位置要与本节约定一致")}
 
 
 @pytest.mark.slow

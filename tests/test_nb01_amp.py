@@ -14,7 +14,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb01_amp import check_amp_train_step, check_needs_scaler
 from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import exercise_pairs, run_source, stub_hints
-from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401 (fixture)
+from tests.sweep import SWEEP_SEEDS
 
 NAME = "01_amp.ipynb"
 

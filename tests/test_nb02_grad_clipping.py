@@ -12,7 +12,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb02_grad_clipping import HIDDEN_CANDIDATES, check_clip_audit, check_global_clip
 from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import exercise_pairs, run_source
-from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401 (fixture)
+from tests.sweep import SWEEP_SEEDS
 
 NAME = "02_grad_clipping.ipynb"
 

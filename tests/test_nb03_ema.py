@@ -12,7 +12,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb03_ema import check_ema_update
 from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import exercise_pairs, run_source
-from tests.sweep import SWEEP_SEEDS, workbook_threads  # noqa: F401 (fixture)
+from tests.sweep import SWEEP_SEEDS
 
 NAME = "03_ema.ipynb"
 

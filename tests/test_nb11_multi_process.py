@@ -19,7 +19,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb11_multi_process import check_rank_batch, check_strip_module_prefix
 from tests.exercise_isolation import demo_cells_using_exercises
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
-from tests.sweep import SWEEP_SEEDS, failure_twice, workbook_threads  # noqa: F401  (a fixture)
+from tests.sweep import SWEEP_SEEDS, failure_twice
 
 NAME = "11_multi_process.ipynb"
 
@@ -329,7 +329,7 @@ def test_launcher_timeout_kills_a_hung_job(launcher):
 
 
 @pytest.mark.slow
-def test_verdicts_do_not_depend_on_the_seed(pairs, workbook_threads):  # noqa: F811
+def test_verdicts_do_not_depend_on_the_seed(pairs, workbook_threads):
     for name, (check, answers) in EXERCISES.items():
         solution = run_source(pairs[name][0])[name]
         wrong = {w: run_source(source)[name] for w, (source, _) in answers.items()}

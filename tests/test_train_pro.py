@@ -10,14 +10,13 @@ from course_utils.monitor import read_metrics
 from course_utils.schedule import lr_at
 from tests.pro_runs import REFERENCE_3_EPOCHS as ARGS
 from tests.pro_runs import finish, newest_checkpoint, run, start, status, train_losses, train_records, wait_for_step
-from tests.pro_runs import reference_3_epochs  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 # ARGS: 15 steps per epoch, 45 steps in all, a checkpoint every 4 steps, 2 DataLoader workers
 TOTAL = 45
 
 
-def test_reference_run_outputs(reference_3_epochs):  # noqa: F811
+def test_reference_run_outputs(reference_3_epochs):
     config = json.loads((reference_3_epochs / "config.json").read_text())
     assert config["hparams"]["seed"] == 0 and len(config["git_commit"]) == 40
     recs = read_metrics(reference_3_epochs / "metrics.jsonl")
@@ -34,7 +33,7 @@ def test_reference_run_outputs(reference_3_epochs):  # noqa: F811
     assert status(reference_3_epochs)["state"] == "finished" and status(reference_3_epochs)["exit_code"] == 0
 
 
-def test_sigkill_anywhere_then_resume_is_bit_identical(reference_3_epochs, tmp_path):  # noqa: F811
+def test_sigkill_anywhere_then_resume_is_bit_identical(reference_3_epochs, tmp_path):
     out = tmp_path / "killed"
     # SIGKILL right after step 7 (mid-epoch 0; the checkpoint of step 4 is the newest), then after 18 more steps of
     # the resumed process: step 22, mid-epoch 1; with 2 DataLoader workers
@@ -80,7 +79,7 @@ def test_repeated_nan_stops_with_clear_message(tmp_path):
     assert status(tmp_path)["state"] == "stopped_bad_steps"
 
 
-def test_resume_with_changed_model_is_refused(reference_3_epochs, tmp_path):  # noqa: F811
+def test_resume_with_changed_model_is_refused(reference_3_epochs, tmp_path):
     shutil.copytree(reference_3_epochs, tmp_path / "run")
     code, output = run(tmp_path / "run", *ARGS, "--resume", "--width", "16")
     assert code == 2 and "width 8 → 16" in output, output

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.checkpoint import CheckpointManager, load_verified
-from tests.pro_runs import SCRIPT, TINY, finish, reference, start, status, train_losses  # noqa: F401
+from tests.pro_runs import SCRIPT, TINY, finish, start, status, train_losses
 
 pytestmark = pytest.mark.slow
 # 15 steps per epoch, 30 steps in all, a checkpoint every 4 steps, 2 DataLoader workers (forked while a save
@@ -96,7 +96,7 @@ def complete_steps(out: Path) -> list[int]:
     return sorted(int(p.name[5:13]) for p in (out / "checkpoints").glob("step_*.pt.sha256"))
 
 
-def test_kill_and_sigterm_during_background_writes_resume_exactly(reference, tmp_path):  # noqa: F811
+def test_kill_and_sigterm_during_background_writes_resume_exactly(reference, tmp_path):
     out = tmp_path / "async"  # ``reference``: the session's uninterrupted run, synchronous saves
 
     # 1. SIGKILL while a background write is in progress (not the first: the previous checkpoint is what survives)

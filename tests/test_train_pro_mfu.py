@@ -8,10 +8,9 @@ import torch
 
 from course_utils.monitor import Monitor, read_metrics
 from tests.pro_runs import TINY, run, train_records
-from tests.pro_runs import reference  # noqa: F401 (a fixture)
 
 
-def test_every_timed_train_record_has_a_finite_mfu_in_the_unit_interval(reference):  # noqa: F811
+def test_every_timed_train_record_has_a_finite_mfu_in_the_unit_interval(reference):
     records = [r for r in train_records(reference) if r["samples_per_sec"] is not None]
     assert records
     for r in records:

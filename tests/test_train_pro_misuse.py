@@ -21,7 +21,7 @@ from course_utils.checkpoint import load_verified, save_verified
 from course_utils.schedule import lr_at
 from tests.pro_runs import REFERENCE as BASE
 from tests.pro_runs import REFERENCE_STEPS as TOTAL
-from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, reference, run, run_all,  # noqa: F401
+from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, run, run_all,
                             start, status, train_losses, train_records, wait_for_step)
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def max_abs_weight(path) -> float:
     return max(v.abs().max().item() for v in state["model"].values() if v.is_floating_point())
 
 
-def test_resume_with_a_larger_batch_is_refused_within_seconds(reference, tmp_path):  # noqa: F811
+def test_resume_with_a_larger_batch_is_refused_within_seconds(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     before = listing(out)
     code, output = run(out, *BASE, "--resume", "--batch-size", "64", timeout=30)
@@ -49,7 +49,7 @@ def test_resume_with_a_larger_batch_is_refused_within_seconds(reference, tmp_pat
     assert listing(out) == before, "a refusal changes nothing"
 
 
-def test_forgotten_resume_and_overwrite_keep_every_run(reference, tmp_path):  # noqa: F811
+def test_forgotten_resume_and_overwrite_keep_every_run(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     before = {k: (out / k).read_bytes() for k in listing(out)}
     code, output = run(out, *BASE)  # --resume forgotten in a finished folder
@@ -64,7 +64,7 @@ def test_forgotten_resume_and_overwrite_keep_every_run(reference, tmp_path):  # 
     assert code == 2 and "seed 1 → 0" in output, output
 
 
-def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(reference, tmp_path):  # noqa: F811
+def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     damaged = {}
     for path in sorted((out / "checkpoints").glob("*.pt")):  # best.pt and last_good.pt may share bytes with a step file
@@ -90,7 +90,7 @@ def test_all_corrupt_checkpoints_are_kept_aside_and_the_run_starts_over(referenc
     assert not list(out.glob(".*.tmp-*")), "leftovers removed"
 
 
-def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(reference, tmp_path):  # noqa: F811
+def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     foreign = load_verified(out / "checkpoints" / "step_00000030.pt")
     foreign["config"]["hparams"]["seed"] = 1  # as if copied in from a seed-1 run
@@ -103,7 +103,7 @@ def test_a_checkpoint_of_another_run_is_refused_and_nothing_moves(reference, tmp
 
 
 def test_a_second_run_in_the_same_folder_is_refused_and_a_restart_after_sigkill_is_not(
-        reference, tmp_path):  # noqa: F811
+        reference, tmp_path):
     out = tmp_path / "run"
     first = start(out, *BASE, "--workers", "2")
     try:
@@ -126,7 +126,7 @@ def _claimed(proc, out) -> bool:
     return lock.exists() and f"pid {proc.pid} @" in lock.read_text()
 
 
-def test_sigterm_to_the_process_group_with_2_workers_saves_10_of_10(reference, tmp_path):  # noqa: F811
+def test_sigterm_to_the_process_group_with_2_workers_saves_10_of_10(reference, tmp_path):
     """Two chains side by side, five SIGTERMs each (start-up, the first flush, mid-epoch, the epoch-end eval
     and save, just after a resume...), every one to the whole process group; then each chain finishes.
     Targets stay several steps before the end: a signal during the last step ends a finished run."""
@@ -199,7 +199,7 @@ def test_a_truncated_real_data_file_stops_the_run(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_a_full_disk_gives_one_line_with_the_path_and_keeps_the_checkpoints(reference, tmp_path):  # noqa: F811
+def test_a_full_disk_gives_one_line_with_the_path_and_keeps_the_checkpoints(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     newest = (out / "checkpoints" / "step_00000030.pt").read_bytes()
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pro_runs import TINY, newest_checkpoint, reference, run_all, start, train_losses  # noqa: F401
+from tests.pro_runs import TINY, newest_checkpoint, run_all, start, train_losses
 
 pytestmark = pytest.mark.slow
 # 2 epochs of 15 steps; 2 DataLoader workers; a checkpoint every 5 steps; a flush every 3
@@ -65,7 +65,7 @@ def trigger(strategy: str, out: Path, proc, resumed_from: int, rng: random.Rando
     return lambda: time.monotonic() - t0 > delay
 
 
-def test_kill_storm_loses_no_covered_record(reference, tmp_path):  # noqa: F811
+def test_kill_storm_loses_no_covered_record(reference, tmp_path):
     chains = {name: tmp_path / name for name in ("a", "b")}
     rngs = {"a": random.Random(1), "b": random.Random(2)}
     expected = dict(train_losses(reference))
