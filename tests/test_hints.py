@@ -12,6 +12,7 @@ import pytest
 
 from course_tools import checks, progress
 from course_tools.checks import CheckFailed, hint
+from tests.quiz_leaks import graded_hits
 from tests.notebook_cells import ROOT
 
 # The check modules with tiers so far; the others are still to do (issue 24).
@@ -94,11 +95,10 @@ def test_the_needs_scaler_tiers_do_not_name_its_graded_answer():
 
 def test_the_self_test_tiers_give_no_graded_answer_away():
     # the same detector as 09's stub hints and check messages: quoted values, letter groups, numbers, "q1: B"
-    from tests.test_nb09_self_test import _graded_hits
 
     for check, tiers in _module("nb09_quiz").HINTS.items():
         for tier in tiers:
-            assert not _graded_hits(tier), (check, tier, _graded_hits(tier))
+            assert not graded_hits(tier), (check, tier, graded_hits(tier))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks import nb09_quiz as checks
 from course_tools.quiz import check
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
+from tests.quiz_leaks import graded_hits, literals
 
 NAME = "09_self_test.ipynb"
 
@@ -131,22 +132,6 @@ def test_answer_exercise_returns_a_plain_literal(pairs):
 
 # --- no hint and no message gives a graded answer away --------------------------------------------------------
 
-def _literals(text: str) -> list:
-    """Every value a learner could copy from ``text``: quoted strings, bare letter groups and numbers."""
-    values: list = re.findall(r"[\"“']([^\"”']{1,12})[\"”']", text)
-    values += re.findall(r"(?<![A-Za-z])([A-E]{1,5})(?![A-Za-z])", text)
-    values += [float(v) for v in re.findall(r"\d+(?:\.\d+)?", text)]
-    return values
-
-
-def _graded_hits(text: str) -> list[tuple[str, object]]:
-    hits = [(qid, value) for value in _literals(text) for qid in checks.GRADED_IDS
-            if check(checks.QUIZ.by_id[qid], value).correct]
-    hits += [(qid, value) for qid, value in re.findall(r"[\"“']?(q\d+)[\"”']?\s*[::]\s*([^,,}\s]+)", text)
-             if qid in checks.QUIZ.by_id and check(checks.QUIZ.by_id[qid], value.strip("\"'“”")).correct]
-    return hits
-
-
 def _stub_hints(pairs) -> list[str]:
     hints = [h for _, stub in pairs for h in stub_hints(stub)]
     assert len(hints) == len(pairs)
@@ -155,12 +140,12 @@ def _stub_hints(pairs) -> list[str]:
 
 def test_the_old_leaking_hint_would_be_caught():
     # the hint that scored 3/3 as it stood (issue 13, item 3)
-    assert len(_graded_hits('返回一个 dict,例如 {"q1": "B", "q4": "ACD", "q10": 0.82, ...}')) >= 3
+    assert len(graded_hits('返回一个 dict,例如 {"q1": "B", "q4": "ACD", "q10": 0.82, ...}')) >= 3
 
 
 def test_stub_hints_contain_no_graded_answer(pairs):
     for hint in _stub_hints(pairs):
-        assert not _graded_hits(hint), (hint, _graded_hits(hint))
+        assert not graded_hits(hint), (hint, graded_hits(hint))
 
 
 def test_stub_hints_contain_no_line_of_the_solutions(pairs):
@@ -172,7 +157,7 @@ def test_stub_hints_contain_no_line_of_the_solutions(pairs):
 def test_the_functions_the_hints_suggest_do_not_pass(pairs):
     # a constant copied from a hint never passes a function exercise
     for hint, (name, check_fn) in zip(_stub_hints(pairs)[1:], CHECKS[1:]):
-        for value in [v for v in _literals(hint) if isinstance(v, float)]:
+        for value in [v for v in literals(hint) if isinstance(v, float)]:
             with pytest.raises(CheckFailed):
                 check_fn(lambda *args, v=value: v)
 
@@ -185,7 +170,7 @@ def test_check_messages_contain_no_graded_answer(pairs):
         with pytest.raises(CheckFailed) as info:
             checks.check_self_test_answers(attempt)
         shown = f"{info.value.expected} {info.value.found} {info.value.hint}"
-        assert not _graded_hits(shown), (shown, _graded_hits(shown))
+        assert not graded_hits(shown), (shown, graded_hits(shown))
 
 
 # --- the other two exercises ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from tests.test_glossary import _squash, learner_texts
+from tests.texts import learner_texts, squash
 
 # (pattern on whitespace-free text, why it is wrong)
 FIXED_CLAIMS = [
@@ -62,7 +62,7 @@ def _quiz_texts() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def texts() -> dict[str, str]:
-    return {where: _squash(text) for where, text in {**learner_texts(), **_quiz_texts()}.items()}
+    return {where: squash(text) for where, text in {**learner_texts(), **_quiz_texts()}.items()}
 
 
 def test_the_scan_reads_hints_quiz_readme_and_docstrings(texts):
