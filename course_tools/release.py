@@ -5,6 +5,8 @@
   ``raise NotImplementedError("<hint>")``; the hint is any text after
   ``### BEGIN SOLUTION`` on its line (a default hint otherwise);
 - cells tagged ``solution-only`` are dropped;
+- a hint wider than ``WIDTH`` columns is wrapped over several string literals (CJK counts two);
+- ``# NBVAL_CHECK_OUTPUT`` lines (nbval's marker, for the tests) are dropped;
 - outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept;
 - a notebook with check cells ends with a cell listing its exercises not passed yet
   (``course_tools.progress.still_open``), so a Run All ends with what is left to do.
@@ -21,6 +23,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import nbformat
@@ -29,7 +32,7 @@ from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, ta
 from course_tools.claims import STRICT_ENV
 from course_tools.noninteractive import quiet_environ
 
-__all__ = ["ROOT", "DEFAULT_HINT", "AuthoringError", "strip_solutions", "learner_notebook", "solution_paths", "render",
+__all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "width", "raise_lines", "strip_solutions", "learner_notebook", "solution_paths", "render",
            "execute", "main"]
 
 
@@ -38,10 +41,46 @@ SOLUTIONS, NOTEBOOKS = ROOT / "solutions", ROOT / "notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 DEFAULT_HINT = "练习: 请在这里写出你的实现,然后删除这一行"
 _BEGIN_RE = re.compile(r"^(\s*)### BEGIN SOLUTION\s*(.*)$")
+WIDTH = 100                               # columns of a stub line in the learner copy
+NBVAL_MARKER = "# NBVAL_CHECK_OUTPUT"     # nbval compares this cell's output; learners need not see it
+_BREAK_AFTER = (";;,,、。::)", " ")      # where a long hint is wrapped: after punctuation, else after a space
 
 
 class AuthoringError(ValueError):
     """A mistake in a solution notebook that would break the learner copy or its grading."""
+
+
+def width(text: str) -> int:
+    """Display columns of ``text``: a wide (CJK) character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pieces(hint: str, room: int) -> list[str]:
+    """``hint`` cut after punctuation into pieces whose literals fit in ``room`` columns."""
+    pieces, current = [], ""
+    for ch in hint:
+        if current and width(repr(current + ch)) > room:
+            cuts = [max(current.rfind(b) for b in chars) + 1 for chars in _BREAK_AFTER]
+            cut = next((c for c in cuts if c > len(current) // 2), len(current))  # none in the second half: cut here
+            pieces.append(current[:cut])
+            current = current[cut:]
+        current += ch
+    return [*pieces, current]
+
+
+def raise_lines(indent: str, hint: str) -> list[str]:
+    """The stub's ``raise NotImplementedError(hint)``, over several literals when one line is wider than WIDTH.
+
+    Why: a line past the notebook's width wraps mid-word in Jupyter. Pitfall: the pieces are implicitly
+    concatenated literals, so the exception's message is the hint unchanged (``ast`` sees one constant).
+    Example: ``raise_lines("    ", "提示: 先 unscale_")`` -> ``["    raise NotImplementedError('提示: 先 unscale_')"]``.
+    """
+    line = f"{indent}raise NotImplementedError({hint!r})"
+    if width(line) <= WIDTH:
+        return [line]
+    inner = indent + " " * 4
+    pieces = _pieces(hint, WIDTH - width(inner) - 1)  # one column for the closing bracket
+    return [f"{indent}raise NotImplementedError(", *(f"{inner}{p!r}" for p in pieces[:-1]), f"{inner}{pieces[-1]!r})"]
 
 
 def strip_solutions(source: str) -> str:
@@ -57,7 +96,7 @@ def strip_solutions(source: str) -> str:
             if inside:
                 raise AuthoringError(f"第 {number} 行: {BEGIN} 嵌套在另一个答案块里(先写 {END})")
             indent, hint = match.group(1), match.group(2).strip() or DEFAULT_HINT
-            out.append(f"{indent}raise NotImplementedError({hint!r})")
+            out.extend(raise_lines(indent, hint))
             inside = True
         elif line.strip().startswith(END):
             if not inside or line.strip() != END:
@@ -104,6 +143,7 @@ def learner_notebook(solved: nbformat.NotebookNode, name: str = "notebook") -> n
                 cell.source = strip_solutions(cell.source)
             except AuthoringError as exc:
                 raise AuthoringError(f"{_where(name, index, cell)}: {exc}") from None
+            cell.source = "\n".join(line for line in cell.source.splitlines() if line.strip() != NBVAL_MARKER)
             cell.outputs, cell.execution_count = [], None
         elif BEGIN in cell.source or END in cell.source:
             raise AuthoringError(f"{_where(name, index, cell)}: 答案标记只能出现在代码格子里")

@@ -69,3 +69,32 @@ def test_release_main_reports_an_authoring_error_and_writes_nothing(tmp_path, mo
     assert release.main([]) == 2
     assert "编写错误" in capsys.readouterr().err
     assert not (tmp_path / "notebooks").exists()
+
+
+def test_a_long_hint_is_wrapped_within_the_width_and_keeps_its_message():
+    from tests.notebook_cells import stub_hints
+
+    hint = "提示: 先收集所有非 None 的梯度,求全局 L2 范数;超过阈值时所有梯度乘同一个系数,返回裁剪前的范数" * 2
+    stub = release.strip_solutions(f"def f():\n    ### BEGIN SOLUTION {hint}\n    return 1\n    ### END SOLUTION")
+    assert len(stub.splitlines()) > 3 and max(map(release.width, stub.splitlines())) <= release.WIDTH
+    assert stub_hints(stub) == [hint]
+    with pytest.raises(NotImplementedError, match="返回裁剪前的范数"):
+        exec(compile(stub + "\nf()", "<stub>", "exec"), {})
+
+
+def test_every_learner_exercise_line_fits_and_no_nbval_marker_is_shown():
+    too_wide, markers = [], []
+    for src in release.solution_paths():
+        nb = nbformat.reads(release.render(src), as_version=4)
+        for index, cell in enumerate(nb.cells):
+            markers += [f"{src.name} #{index}"] * (release.NBVAL_MARKER in cell.source)
+            if "exercise" in cell.metadata.get("tags", []):
+                too_wide += [f"{src.name} #{index}: {line}" for line in cell.source.splitlines()
+                             if release.width(line) > release.WIDTH]
+    assert not too_wide and not markers, (too_wide, markers)
+
+
+def test_the_nbval_marker_stays_in_the_solution_that_nbval_runs():
+    solved = [c for src in release.solution_paths() for c in nbformat.read(src, as_version=4).cells
+              if release.NBVAL_MARKER in c.source.splitlines()]
+    assert solved  # 01 and 09 compare outputs: the marker is only hidden from learners
