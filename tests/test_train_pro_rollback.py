@@ -33,6 +33,7 @@ from course_utils.rollback import SKIPPED_FILE
 from course_utils.schedule import lr_at
 from tests.pro_runs import (STEPS_PER_EPOCH, TINY, command, finish, load_script, run, run_all, status, train_losses,
                              wait_for_step)
+from tests.torchrun_jobs import kill_job, launch
 
 pytestmark = pytest.mark.slow  # every test here starts the script: out of the quick loop
 
@@ -205,7 +206,6 @@ DDP = ROLLBACK  # after test_ddp_script's ARGS, so its own (--ckpt-every-steps 4
 
 @pytest.fixture(scope="module")
 def ddp_rolled(tmp_path_factory) -> Path:
-    from tests.test_ddp_script import launch
     out = tmp_path_factory.mktemp("rollback-ddp") / "reference"
     proc, _ = launch(out, *DDP, "--sample-ledger")
     code, output = finish(proc, 300)
@@ -216,7 +216,6 @@ def ddp_rolled(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_two_processes_roll_back_together_and_resume_exactly_after_sigkill(ddp_rolled, rolled, tmp_path,
                                                                           monkeypatch):
-    from tests.test_ddp_script import kill_job, launch
     assert (ddp_rolled / SKIPPED_FILE).read_text() == (rolled / SKIPPED_FILE).read_text(), "the same skip set"
     assert [e["step"] for e in events(ddp_rolled)] == [e["step"] for e in events(rolled)]
     ledger = {r["step"]: r for r in read_metrics(ddp_rolled / "sample_ledger.jsonl")}
