@@ -31,9 +31,7 @@ wrote. The contract, in the order the five upgrades introduce it:
 path of the script it runs. Running and watching a script: :mod:`~course_tools.checks.homework_runs`;
 reading its untrusted files: :mod:`~course_tools.checks.homework_files`; the kill and resume of upgrades
 2 and 4: :mod:`~course_tools.checks.homework_resume`. The seeds are fixed (``seed=1234``): a failure
-reproduces with the command its message prints.
-
-Reference machinery (the homework of ``10_homework``). Example::
+reproduces with the command its message prints. Reference machinery (the homework of ``10_homework``). Example::
 
     from course_tools.checks.nb10_homework import check_config
     check_config("notebooks/homework/train_cifar.py")
