@@ -187,6 +187,11 @@ def _start_wandb(files: RunFiles, project: str, config: dict) -> Any:
     run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]  # reused on --resume
     atomic_write_text(id_file, run_id)
     mode = wandb_mode()
-    run = wandb.init(project=project, dir=str(files.root), id=run_id, resume="allow", mode=mode, config=config)
-    print(f"wandb: {mode} 模式" + (",日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
+    # silent: wandb's own banner (a dozen "wandb: ..." lines on stderr, pink in Jupyter, like an error)
+    # goes to the run's logs/debug.log; this one line says what a learner needs
+    run = wandb.init(project=project, dir=str(files.root), id=run_id, resume="allow", mode=mode, config=config,
+                     settings=wandb.Settings(silent=True))
+    folder = Path(run.dir).parent
+    print(f"wandb: {mode} 模式,run 文件夹 {folder.name}(wandb 自己的消息在它的 logs/debug.log)"
+          + (";日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
     return run

@@ -360,8 +360,9 @@ def test_schedule_warmup_then_cosine():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0) and lrs[-1] < 0.11
 
 
-def test_monitor_wandb_offline(tmp_path, monkeypatch):
+def test_monitor_wandb_offline(tmp_path, monkeypatch, capfd):
     pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_SILENT", raising=False)  # as in a learner's Jupyter: the quiet environment is not set
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     assert sinks.wandb_mode() == "offline"
@@ -372,6 +373,9 @@ def test_monitor_wandb_offline(tmp_path, monkeypatch):
     mon.close()
     run_id = (tmp_path / "wandb_run_id.txt").read_text()
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}")), "an offline run folder for `wandb sync`"
+    out, err = capfd.readouterr()
+    said = [line for line in (out + err).splitlines() if line.startswith("wandb")]
+    assert len(said) == 1 and "offline 模式" in said[0] and run_id in said[0], said   # one line, no banner
 
 
 def test_best_is_the_same_file_not_a_second_serialisation(tmp_path, monkeypatch):
