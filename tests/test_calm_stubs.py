@@ -20,7 +20,7 @@ from course_tools.progress import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-SKIP = {"10_homework.ipynb"}  # its checks run the learner's scripts: tests/test_homework*.py
+SKIP = {"10_homework.ipynb"}  # its checks run the learner's scripts: the last test here, tests/test_homework*.py
 
 
 def _stub_notebook() -> tuple[nbformat.NotebookNode, list[str]]:
@@ -102,3 +102,50 @@ def test_only_not_started_is_softened(monkeypatch):
     monkeypatch.setattr("course_tools.checks.calm", lambda: False)
     with pytest.raises(NotStarted):
         check_unstarted()
+
+
+def test_the_homework_page_starts_calm(monkeypatch, tmp_path):
+    """10 on the untouched baseline, in a learner's kernel: five calm notes naming each upgrade and what it
+    needs, found from the script's --help or the missing file, never from a training run."""
+    page = nbformat.read(NOTEBOOKS / "10_homework.ipynb", as_version=4)
+    cells = [c for c in page.cells if c.cell_type == "code"]
+    setup, checks = cells[0], [c for c in cells if c.source.startswith("check_")]
+    assert len(checks) == 5
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c.source) for c in [setup, *checks]])
+    monkeypatch.delenv("COURSE_CHECKS", raising=False)
+    monkeypatch.setenv("COURSE_PROGRESS", str(tmp_path / "ledger.json"))
+    NotebookClient(nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    texts = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream") for c in nb.cells[1:]]
+    assert [any(o.output_type == "error" for o in c.outputs) for c in nb.cells[1:]] == [False] * 5, texts
+    for number, text in enumerate(texts, 1):
+        assert f"⏳ 还没做: 升级 {number} 还没开始" in text, text
+    assert "--out --seed --max-steps" in texts[0] and "--clip" in texts[2] and "debug_overfit.py" in texts[4]
+    assert not any("unrecognized arguments" in text for text in texts)  # no training run reached argparse
+
+
+def test_a_started_upgrade_or_an_unclear_help_runs_the_check_as_usual(monkeypatch, tmp_path):
+    from course_tools.checks import NotStarted
+    from course_tools.checks.homework_started import listed_flags, started
+
+    def script(name: str, body: str) -> Path:
+        path = tmp_path / name
+        path.write_text(body)
+        return path
+
+    parser = "import argparse\np = argparse.ArgumentParser()\n"
+    begun = script("begun.py", parser + "p.add_argument('--out')\np.add_argument('--seed')\np.parse_args()\n")
+    baseline = script("baseline.py", parser + "p.add_argument('--epochs')\np.add_argument('--clip-grad')\np.parse_args()\n")
+    garbage = script("garbage.py", "print('hello')\n")
+    hangs = script("hangs.py", "import time\ntime.sleep(600)\n")
+    assert listed_flags(begun, ("--out", "--seed", "--model")) == {"--out", "--seed"}
+    assert listed_flags(baseline, ("--clip",)) == set()                 # --clip-grad is not --clip
+    assert listed_flags(garbage, ("--out",)) is None and listed_flags(hangs, ("--out",), timeout=2) is None
+    monkeypatch.setattr("course_tools.checks.homework_started.calm", lambda: True)
+    assert started(begun, 1) == begun.resolve()                          # started: the check runs as now
+    assert started(garbage, 1) == garbage.resolve()                      # unclear: the check runs as now
+    with pytest.raises(NotStarted, match="升级 3 还没开始"):
+        started(baseline, 3)
+    with pytest.raises(NotStarted, match="还没有 missing.py"):
+        started(tmp_path / "missing.py", 5)
+    monkeypatch.setattr("course_tools.checks.homework_started.calm", lambda: False)
+    assert started(baseline, 3) == baseline.resolve()                    # strict: nothing here runs

@@ -50,7 +50,8 @@ from typing import Any
 from course_tools.checks import exercise_check, expect, passed
 from course_tools.checks import homework_files as files
 from course_tools.checks.homework_resume import interrupted_and_resumed, polled_note
-from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch, script_path
+from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch
+from course_tools.checks.homework_started import started
 from course_tools.checks.upgrades import HEALTHY, TRAIN, TWIN, UPGRADE_LIST, UpgradeInfo
 from course_utils.repro import git_commit
 
@@ -86,7 +87,7 @@ def check_config(script: str | os.PathLike, seed: int = SEED, *, launcher: Launc
     (when it is in a git repository); a hash, it must be that one; ``""`` (no history known), any
     non-empty value of a key naming the commit will do.
     """
-    script = script_path(script)
+    script = started(script, 1)
     announce(script)
     start = time.monotonic()
     with scratch(workdir, "config") as tmp:
@@ -132,7 +133,7 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
     Each killed run's ``metrics.jsonl`` is moved aside and it resumes: the resumed process must
     start after step 1 and its losses must match the reference at the same steps.
     """
-    script = script_path(script)
+    script = started(script, 2)
     announce(script)
     start = time.monotonic()
     with scratch(workdir, "resume") as tmp:
@@ -152,7 +153,7 @@ def check_clipping(script: str | os.PathLike, seed: int = SEED, steps: int = 6, 
                    workdir: Path | None = None) -> str:
     """Upgrade 3: the pre-clip grad norm is logged each step, ``clipped`` says when clipping fired,
     and the clip acts: ``--clip 1e-4`` and ``--clip 1e6`` give different losses after step 1."""
-    script = script_path(script)
+    script = started(script, 3)
     announce(script)
     start = time.monotonic()
     tight_clip = 1e-4
@@ -240,7 +241,7 @@ def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30
     SIGKILL and ``--resume``, mid-epoch and at an epoch end as in ``check_resume``, exactly as in the
     uninterrupted run (the EMA is in the checkpoint).
     """
-    script = script_path(script)
+    script = started(script, 4)
     announce(script)
     start = time.monotonic()
     with scratch(workdir, "ema") as tmp:
@@ -288,7 +289,7 @@ def check_overfit(healthy: str | os.PathLike, broken: str | os.PathLike, seed: i
                   launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 5: ``debug_overfit.py`` memorises one batch (exit 0) and saves ``samples.png``;
     the label-broken twin cannot memorise (exit != 0)."""
-    healthy, broken = script_path(healthy), script_path(broken)
+    healthy, broken = started(healthy, 5), started(broken, 5)
     announce(healthy, broken)
     start = time.monotonic()
     with scratch(workdir, "overfit") as tmp:

@@ -21,19 +21,23 @@ TRAIN, HEALTHY, TWIN = "train_cifar.py", "debug_overfit.py", "debug_overfit_brok
 @dataclass(frozen=True)
 class UpgradeInfo:
     """One upgrade: its scripts (in the homework folder), the name of its check in ``nb10_homework``,
-    and the reference answer's commit for it (``patch``, relative to ``solutions/homework``)."""
+    the reference answer's commit for it (``patch``, relative to ``solutions/homework``), and the flags it
+    adds to ``train_cifar.py`` (``flags``: a script whose ``--help`` lists none of them has not started it)."""
 
     number: int
     title: str
     scripts: tuple[str, ...]
     check: str
     patch: str
+    flags: tuple[str, ...] = ()
 
 
 UPGRADE_LIST: tuple[UpgradeInfo, ...] = (
-    UpgradeInfo(1, "种子 + config.json", (TRAIN,), "check_config", "upgrades/1_seed_config.patch"),
-    UpgradeInfo(2, "完整检查点 + kill 后续训", (TRAIN,), "check_resume", "upgrades/2_checkpoint_resume.patch"),
-    UpgradeInfo(3, "梯度裁剪 + grad norm 日志", (TRAIN,), "check_clipping", "upgrades/3_clipping.patch"),
-    UpgradeInfo(4, "EMA 权重 + 并排评估", (TRAIN,), "check_ema", "upgrades/4_ema.patch"),
+    UpgradeInfo(1, "种子 + config.json", (TRAIN,), "check_config", "upgrades/1_seed_config.patch",
+                ("--out", "--seed", "--max-steps", "--model", "--data-fraction")),
+    UpgradeInfo(2, "完整检查点 + kill 后续训", (TRAIN,), "check_resume", "upgrades/2_checkpoint_resume.patch",
+                ("--resume", "--ckpt-every-steps", "--dropout")),
+    UpgradeInfo(3, "梯度裁剪 + grad norm 日志", (TRAIN,), "check_clipping", "upgrades/3_clipping.patch", ("--clip",)),
+    UpgradeInfo(4, "EMA 权重 + 并排评估", (TRAIN,), "check_ema", "upgrades/4_ema.patch", ("--ema-decay",)),
     UpgradeInfo(5, "单 batch 过拟合 + 对照脚本", (HEALTHY, TWIN), "check_overfit", "upgrades/5_debug_overfit.patch"),
 )
