@@ -6,6 +6,7 @@ and hand each to the notebook's check function.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -57,3 +58,11 @@ def answer_lines_in(hints: str, solution: str, min_chars: int = 8) -> list[str]:
             if code and len(code) > min_chars and code in squeezed:
                 leaked.append(line.strip())
     return leaked
+
+
+def authored_code_lines(nb: nbformat.NotebookNode) -> int:
+    """Lines of code a learner reads in ``nb``: without release's generated still-open cell, and a stub's
+    hint wrapped over several string literals (``course_tools.release.raise_lines``) counted once."""
+    continuation = re.compile(r"^\s+'.*'\)?$")
+    return sum(sum(not continuation.match(line) for line in c.source.splitlines())
+               for c in nb.cells if c.cell_type == "code" and c.get("id") != "still-open")

@@ -78,9 +78,10 @@ def test_the_standard_is_in_own_words():
     assert seed not in prose and "四件套" not in prose
 
 
-def test_says_run_all_stops_at_every_unfinished_check():
+def test_says_what_run_all_does_with_unfinished_and_wrong_exercises():
     prose = _text("markdown")
-    assert "Run All 会停在每一个没完成" in prose and "Run Selected Cell and All Below" in prose
+    assert "还没做的练习不会挡住 Run All" in prose and "答案写错时** Run All 会停在" in prose
+    assert "Run Selected Cell and All Below" in prose and "评分时,还没做的练习记 0 分" in prose
 
 
 def test_install_chooses_the_torch_build_first():

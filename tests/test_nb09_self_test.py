@@ -268,7 +268,7 @@ def test_reopening_and_run_all_are_explained(solved):
     intro = solved.cells[0].source
     assert "model not found" in intro and "重新运行" in intro
     assert "Run All" in intro and "Run Selected Cell and All Below" in intro
-    assert "停在每一个没完成的检查格子" in intro
+    assert "还没做的练习不会挡住 Run All" in intro and "Run All 停在那里" in intro
 
 
 def test_the_intro_announces_every_scored_part(solved):

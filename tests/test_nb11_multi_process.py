@@ -18,7 +18,7 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb11_multi_process import check_rank_batch, check_strip_module_prefix
 from tests.exercise_isolation import demo_cells_using_exercises
-from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
+from tests.notebook_cells import ROOT, answer_lines_in, authored_code_lines, exercise_pairs, run_source, stub_hints
 from tests.sweep import SWEEP_SEEDS, failure_twice
 
 NAME = "11_multi_process.ipynb"
@@ -343,7 +343,7 @@ def test_verdicts_do_not_depend_on_the_seed(pairs, workbook_threads):
 def test_learner_copy_shows_at_most_350_lines_of_code():
     """Launchers, timing choreography and bookkeeping live in course_tools.lab.multi_process (issue 20)."""
     nb = nbformat.read(ROOT / "notebooks" / NAME, as_version=4)
-    lines = sum(len(c.source.splitlines()) for c in nb.cells if c.cell_type == "code")
+    lines = authored_code_lines(nb)
     assert lines <= 350, lines
 
 
