@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from urllib.parse import quote
 from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_tools.checks.upgrades import UPGRADE_LIST
 from course_tools.ledger import NOTEBOOKS, ledger_path, load
+from course_tools.release import width
 
 __all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "still_open", "text",
            "html_table", "show", "main"]
@@ -128,7 +128,8 @@ def dashboard(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) ->
     for notebook, items in by_notebook.items():
         detail = _detail(items, checks)
         if notebook.startswith("09"):
-            detail += [f"{title}: 答对 {sum(q['answers'].values())}/{q['total']}" for title, q in ledger["quizzes"].items()]
+            detail += [f"{title}: 答对 {sum(q['answers'].values())}/{q['total']}"
+                       for title, q in ledger["quizzes"].items()]
         done = sum(state(checks.get(ex.check)) == "passed" for ex in items)
         rows.append(Row(notebook, done, len(items), ";".join(detail)))
     upgrades = _homework(folder)
@@ -173,15 +174,12 @@ def still_open(notebook: str) -> None:
     for ex in left:
         entry = checks.get(ex.check)
         attempts = _attempts(entry)
-        print(f"  - 「{ex.section}」 {ex.check.split('.')[1]}: {STATES[state(entry)]}" + (f"({attempts})" if attempts else ""))
+        print(f"  - 「{ex.section}」 {ex.check.split('.')[1]}: {STATES[state(entry)]}"
+              + (f"({attempts})" if attempts else ""))
 
 
-def _width(s: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in s)
-
-
-def _pad(s: str, width: int) -> str:
-    return s + " " * (width - _width(s))
+def _pad(s: str, columns: int) -> str:
+    return s + " " * (columns - width(s))
 
 
 def _next_line(ex: Exercise | None, ledger: dict[str, Any]) -> str:
@@ -202,7 +200,7 @@ def text(ledger: dict[str, Any] | None = None, folder: Path = NOTEBOOKS) -> str:
     ledger = load() if ledger is None else ledger
     head = ("笔记本", "通过", "说明")
     body = [(r.notebook, f"{r.done}/{r.total}", r.detail) for r in dashboard(ledger, folder)]
-    widths = [max(_width(row[i]) for row in (head, *body)) for i in range(2)]
+    widths = [max(width(row[i]) for row in (head, *body)) for i in range(2)]
     lines = ["  ".join((_pad(row[0], widths[0]), _pad(row[1], widths[1]), row[2])).rstrip() for row in (head, *body)]
     lines.insert(1, "-" * (sum(widths) + 8))
     path = ledger_path()

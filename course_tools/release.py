@@ -32,8 +32,8 @@ from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, ta
 from course_tools.claims import STRICT_ENV
 from course_tools.noninteractive import quiet_environ
 
-__all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "width", "raise_lines", "strip_solutions", "learner_notebook", "solution_paths", "render",
-           "execute", "main"]
+__all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "width", "raise_lines", "strip_solutions",
+           "learner_notebook", "solution_paths", "render", "execute", "main"]
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,8 +38,8 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, TypeVar
 
-__all__ = ["EXERCISE_CHECKS", "CheckFailed", "NotStarted", "passed", "expect", "fail", "not_started", "exercise_check", "calm",
-           "call_learner", "failure_lines", "hint"]
+__all__ = ["EXERCISE_CHECKS", "CheckFailed", "NotStarted", "passed", "expect", "fail", "not_started", "exercise_check",
+           "calm", "call_learner", "failure_lines", "hint"]
 
 _Check = TypeVar("_Check", bound=Callable[..., Any])
 EXERCISE_CHECKS: dict[str, Callable[..., Any]] = {}  # ledger key -> check, filled by @exercise_check on import
@@ -130,6 +130,11 @@ def _show_not_started(exc: NotStarted) -> None:
           "这不是报错:Run All 会继续往下运行;评分时未完成的练习记 0 分。")
 
 
+def _key(check: Callable[..., Any]) -> str:
+    """The ledger key of a check function: ``"nb02_grad_clipping.check_global_clip"``."""
+    return f"{check.__module__.rsplit('.', 1)[-1]}.{check.__name__}"
+
+
 def exercise_check(check: _Check) -> _Check:
     """Decorate a notebook check: in a learner's Jupyter an unstarted exercise prints a calm note and
     the check returns None instead of raising (see :func:`calm`); everything else is unchanged.
@@ -150,7 +155,7 @@ def exercise_check(check: _Check) -> _Check:
                 raise
             _show_not_started(exc)
             return None
-    EXERCISE_CHECKS[f"{check.__module__.rsplit('.', 1)[-1]}.{check.__name__}"] = run
+    EXERCISE_CHECKS[_key(check)] = run
     return run  # type: ignore[return-value]
 
 
@@ -248,7 +253,7 @@ def _check_keys(check: str | Callable[..., Any]) -> list[str]:
     """Ledger keys a check function or its name may mean (``"check_global_clip"`` or
     ``"nb02_grad_clipping.check_global_clip"``): one, except for a bare name two notebooks share."""
     if callable(check):
-        return [f"{check.__module__.rsplit('.', 1)[1]}.{check.__name__}"]
+        return [_key(check)]
     if "." in check:
         return [check]
     import importlib

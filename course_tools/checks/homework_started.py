@@ -42,13 +42,14 @@ def listed_flags(script: Path, flags: tuple[str, ...], timeout: float = HELP_TIM
 
 def started(path: str | Path, number: int) -> Path:
     """The resolved script of upgrade ``number`` (as :func:`script_path`); in a learner's Jupyter, first
-    :class:`NotStarted` when the upgrade has plainly not been started (no script yet, or none of its flags)."""
+    :class:`NotStarted` when the upgrade has plainly not been started (no script yet, or none of its
+    flags). The hint names what to add; the calm note itself says to run the check again."""
     upgrade = UPGRADE_LIST[number - 1]
     where = "notebooks/homework/"
     if calm() and not Path(path).exists():
-        not_started(f"升级 {number} 还没开始:还没有 {Path(path).name}", f"在 {where} 里新建它,再运行这一格")
+        not_started(f"升级 {number} 还没开始:还没有 {Path(path).name}", f"在 {where} 里新建它")
     script = script_path(path)
     if calm() and upgrade.flags and listed_flags(script, upgrade.flags) == set():
         not_started(f"升级 {number} 还没开始:{script.name} 还不认识 {' '.join(upgrade.flags)}",
-                    f"按本节的约定在 {where}{script.name} 里加上这些参数,再运行这一格")
+                    f"按本节的约定在 {where}{script.name} 里加上这些参数")
     return script
