@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 
+import nbformat
 import pytest
 
+from course_tools import release
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08b_flops_memory import check_peak_memory, check_step_flops
 from tests.notebook_cells import answer_lines_in, exercise_pairs, run_source, stub_hints
@@ -21,6 +23,19 @@ def _pairs(index: int):
     pairs = exercise_pairs(NAME)
     assert len(pairs) == 2, f"期望 2 个练习;实际 {len(pairs)}"
     return pairs[index]
+
+
+def test_every_printed_line_of_the_stored_run_fits_in_jupyterlab():
+    # JupyterLab wraps a longer line, and a wrapped table loses its columns (the profiler table of §2 was 124
+    # wide). The learner copy has no outputs: the solution's stored run is what a learner's run prints.
+    # load_cifar10's data-source note is exempt: its length depends on the data folder's path, and it is prose.
+    nb = nbformat.read(release.SOLUTIONS / NAME, as_version=4)
+    lines = [(index, line) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             for out in cell.outputs if out.output_type == "stream" for line in out.text.splitlines()]
+    assert any(line.startswith("aten::") for _, line in lines)   # the profiler table of §2 is there
+    too_wide = [f"#{index}: {line}" for index, line in lines
+                if release.width(line) > release.WIDTH and not line.startswith("数据: ")]
+    assert not too_wide, too_wide
 
 
 # --- the FLOP-count exercise (§5) -------------------------------------------------------------

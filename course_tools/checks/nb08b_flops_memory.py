@@ -152,7 +152,7 @@ def check_peak_memory(peak_memory_bytes: Callable[[list[int], int], float], seed
         hint = _memory_hint(value, want, batch_size) if not ok and math.isfinite(value) else ""
         expect(ok, f"{args} ≈ {want.total:,} 字节(实测一步 AdamW 训练,相对误差 {MEMORY_REL_TOL:.0%} 以内)",
                f"{value:,.0f}{hint}")
-    passed(f"peak_memory_bytes 在 {len(cases)} 组 (层宽, batch) 上与实测一致(权重 + 梯度 + AdamW 状态 + 激活值,"
+    passed(f"peak_memory_bytes 在 {len(cases)} 组 (层宽, batch) 上与实测一致(权重+梯度+AdamW 状态+激活值,"
            f"误差 {MEMORY_REL_TOL:.0%} 以内)")
 
 
