@@ -1,5 +1,6 @@
-"""The standard debugging moves: overfit one batch, look at samples, sanity-check the start,
-and the ONE troubleshooting order (标准排查顺序) that joins them.
+"""The standard debugging moves: sanity-check the start (initial loss, a batch that does not
+mix), overfit one batch, look at samples, and the ONE troubleshooting order (标准排查顺序)
+that joins them.
 
 First law of DL debugging: before any full run, feed one batch repeatedly. If the
 loss does not go to ~0, the code has a bug (labels that change from step to step,
@@ -14,6 +15,7 @@ Example::
     assert losses[-1] < 0.05
     show_samples(x, y, classes)
     print(sanity_report(model, x, y))
+    assert batch_mixing(model, x, i=3) == set()
 
 The troubleshooting order ``TROUBLESHOOTING`` is the chapter's single source: 07 §2,
 the answer of 09's question 6, 10's closing section, GLOSSARY.md and the failure message
@@ -34,7 +36,7 @@ suspect before going on. Why this order:
 7. Throughput last: a data-loading stall makes training slow, not wrong. First right,
    then fast; and for a throughput drop the first suspect is the data loading.
 
-Taught in ``07_single_batch_overfit`` §1–3 (the order itself: 07 §2).
+Taught in ``07_single_batch_overfit`` §0–3 (the checks before training: 07 §0; the order itself: 07 §2).
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from torch import nn
 from course_utils.data import MEAN, STD
 
 __all__ = ["overfit_one_batch", "denormalize", "show_samples", "params_without_grad", "sanity_report",
-           "TroubleStep", "TROUBLESHOOTING", "troubleshooting_chain", "troubleshooting_text",
+           "batch_mixing", "TroubleStep", "TROUBLESHOOTING", "troubleshooting_chain", "troubleshooting_text",
            "troubleshooting_markdown"]
 
 
@@ -128,6 +130,36 @@ def sanity_report(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classe
     }
 
 
+def batch_mixing(model: nn.Module, x: torch.Tensor, i: int = 0) -> set[int]:
+    """The samples ``j != i`` of the batch ``x`` whose input changes the model's output for sample ``i``.
+
+    Why: every sample's output should depend on its own input only. A ``view`` where a
+    ``permute`` was meant, or a reshape across the batch dimension, mixes samples; the model
+    still trains and still memorises one batch, so only this gradient check catches it
+    (Karpathy's batch-dependency check). It differentiates ``model(x)[i].sum()`` with respect
+    to a copy of ``x``: the rows of that gradient other than ``i`` must be exactly 0.
+
+    Pitfall: BatchNorm in training mode mixes the batch by design (it normalises with the
+    batch's statistics), so the check runs in eval mode and then restores the mode the
+    model was in. The caller's ``x`` and the parameters' ``.grad`` are left untouched.
+
+    Example::
+
+        assert batch_mixing(model, x, i=3) == set()
+
+    Taught in ``07_single_batch_overfit`` §0.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        leaf = x.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
+    finally:
+        model.train(was_training)
+    touched = grad.flatten(1).ne(0).any(dim=1)
+    return {j for j in range(len(x)) if j != i and bool(touched[j])}
+
+
 class TroubleStep(NamedTuple):
     """One step of the troubleshooting order (Chinese strings; ``taught_in`` like "07 §2")."""
 
@@ -147,7 +179,7 @@ TROUBLESHOOTING: tuple[TroubleStep, ...] = (
                 "固定的标签映射错误会被背下来,只有这一步能抓到", "07 §3"),
     TroubleStep("初始 loss 远离 ln(类别数),或 loss 平滑地停在高于 0 的平台", "loss 写法",
                 "sanity_report 对照初始 loss 和 ln(类别数);确认传给 cross_entropy 的是 logits,"
-                "不是 softmax 之后的概率", "07 §1–2"),
+                "不是 softmax 之后的概率", "07 §0–2"),
     TroubleStep("单 batch 过拟合时 loss 一步一跳,停在这批标签分布的熵附近", "数据对齐",
                 "overfit_one_batch 反复训练同一个 batch,看最后几十步:每一步的标签和输入是否按同一个顺序取"
                 "(两次不同的打乱就会错位)", "07 §2"),

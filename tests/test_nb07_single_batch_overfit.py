@@ -254,8 +254,8 @@ def _diagnose(name):
     return run_source(_DIAGNOSE.format(body=WRONG_DIAGNOSE[name]))["diagnose"]
 
 
-def test_two_exercises(pairs):
-    assert len(pairs) == 2
+def test_three_exercises(pairs):
+    assert len(pairs) == 3
 
 
 def test_overfit_check_passes_on_solution(pairs, capsys):

@@ -1,4 +1,4 @@
-"""Checks for 07_single_batch_overfit: writing the overfit loop, and diagnosing training bugs from curves.
+"""Checks for 07_single_batch_overfit: the overfit loop, diagnosing bugs from curves, the batch-mixing check.
 
 ``train_with_bug`` holds the bug gallery (the same five training steps the notebook shows);
 ``mystery_functions`` hands the learner three of them under opaque names to practise on.
@@ -33,10 +33,11 @@ from torch import nn
 
 from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.clipping import global_grad_norm
+from course_utils.debug import batch_mixing as reference_mixing
 from course_utils.debug import overfit_one_batch as reference_overfit
 
 __all__ = ["BUGS", "DIAGNOSE_CASES", "Curve", "train_with_bug", "mystery_functions", "diagnose_curves",
-           "check_overfit_one_batch", "check_diagnose", "HINTS"]
+           "MIXING_CASES", "mixing_model", "check_overfit_one_batch", "check_diagnose", "check_batch_mixing", "HINTS"]
 
 
 BUGS = ("healthy", "shuffled_labels", "detached", "wrong_loss", "lr_too_small")
@@ -234,6 +235,99 @@ def check_overfit_one_batch(overfit_one_batch: Callable, seed: int = 1234) -> No
     expect(losses[-1] < 0.1, "返回的最后一个 loss 接近 0", f"{losses[-1]:.4f}")
     passed(f"{steps} 步把一个 batch 的 loss 从 {losses[0]:.3f} 压到 {losses[-1]:.4f},前 {compared} 步与参考的 Adam 一致")
 
+
+_MIX_FEATURES = 16
+
+
+class _PairMix(nn.Module):
+    """An MLP whose reshape after a transpose puts half of each sample's features into its neighbour's row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.last = nn.Linear(_MIX_FEATURES, _HIDDEN), nn.Linear(_HIDDEN, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        return self.last(h.reshape(len(h) // 2, 2, -1).transpose(1, 2).reshape(len(h), -1))
+
+
+class _FaintLeak(nn.Module):
+    """An MLP that subtracts a thousandth of the batch mean: every sample depends, faintly, on all the others."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(_MIX_FEATURES, _HIDDEN), nn.ReLU(), nn.Linear(_HIDDEN, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x - 1e-3 * x.mean(dim=0, keepdim=True))
+
+
+# (case, the mode the model is handed over in, whether i is passed): the order in which a wrong answer fails
+MIXING_CASES = (("clean", "train", True), ("batchnorm", "train", True), ("pairs", "eval", True),
+                ("pairs", "eval", False), ("faint", "train", True))
+_MIX_WHAT = {
+    "clean": ("样本之间互不相连的 MLP", "只对样本 i 的输出求和(model(副本)[i].sum()),不是整个 batch;结果里不含 i 自己"),
+    "batchnorm": ("带 BatchNorm、以训练模式传入的 MLP", "训练模式的 BatchNorm 用整个 batch 的统计量,天然混样本:先切到 eval 模式"),
+    "pairs": ("把相邻两个样本混在一起的模型", "看每个样本那一行梯度里有没有不为 0 的元素;grad[j] is not None 永远成立"),
+    "faint": ("只有极弱跨样本依赖的模型(梯度远小于 1e-3)", "任何不为 0 的梯度都算,不要用容差(例如 > 1e-3)"),
+}
+
+
+def mixing_model(case: str, seed: int) -> nn.Module:
+    """The model of one of ``MIXING_CASES`` (weights fixed by ``seed``; the global RNG left alone)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if case == "pairs":
+            return _PairMix()
+        if case == "faint":
+            return _FaintLeak()
+        norm = [nn.BatchNorm1d(_HIDDEN)] if case == "batchnorm" else []
+        return nn.Sequential(nn.Linear(_MIX_FEATURES, _HIDDEN), *norm, nn.ReLU(), nn.Linear(_HIDDEN, 10))
+
+
+def _shown(samples: set[int]) -> str:
+    return "{" + ", ".join(map(str, sorted(samples))) + "}" if samples else "set()"
+
+
+def _mixing_side_effects(model: nn.Module, training: bool, x: torch.Tensor, before: torch.Tensor) -> None:
+    expect(model.training == training, f"调用之后模型仍是调用前的模式(training={training})",
+           f"training={model.training}", "先记下 model.training,最后恢复它;不要无条件地 model.train() 或留在 eval 模式")
+    expect(not x.requires_grad and x.grad is None and torch.equal(x, before), "调用者的 x 不被改动(不需要梯度,值不变)",
+           f"x.requires_grad={x.requires_grad}", "对 x 的副本(x.detach().clone())设 requires_grad,不要对 x 本身")
+    left = [name for name, p in model.named_parameters() if p.grad is not None]
+    expect(not left, "模型参数上不留下 .grad", f"{left[:2]} 有 .grad",
+           "用 torch.autograd.grad 只对输入副本求梯度;用了 backward 就要把参数的 .grad 清回 None")
+
+
+@exercise_check
+def check_batch_mixing(batch_mixing: Callable, seed: int = 1234) -> None:
+    """``batch_mixing(model, x, i=0)`` must return the samples ``j != i`` whose input reaches output ``i``.
+
+    Five calls, fixed by ``seed``: a clean MLP, a BatchNorm MLP handed over in training mode (mixing only
+    in that mode, so the answer is the empty set), a model that mixes neighbouring pairs (handed over in
+    eval mode, once with ``i`` and once with the default), and a faint leak (a gradient far below 1e-3 on
+    every other sample). After each call the model's mode, the caller's ``x`` and the parameters' ``.grad``
+    must be as they were.
+    """
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([8, 10, 12]))
+    for k, (case, mode, pass_i) in enumerate(MIXING_CASES):
+        model = mixing_model(case, seed + k)
+        model.train(mode == "train")
+        i = int(rng.integers(1, n - 1)) if pass_i else 0
+        g = torch.Generator().manual_seed(seed + 100 + k)
+        x = torch.randn(n, _MIX_FEATURES, generator=g)
+        before = x.clone()
+        expected = reference_mixing(model, x, i)
+        with _one_thread():
+            found = call_learner(batch_mixing, model, x, i) if pass_i else call_learner(batch_mixing, model, x)
+        what, why = _MIX_WHAT[case]
+        expect(isinstance(found, (set, frozenset)) and all(type(j) is int for j in found),
+               "返回 Python int 组成的 set", f"{type(found).__name__}: {found!r}"[:80], "例如 {j for j in ... if ...}")
+        expect(found == expected, f"{what},{n} 个样本、i={i}:返回 {_shown(expected)}", _shown(found), why)
+        _mixing_side_effects(model, mode == "train", x, before)
+    passed(f"{len(MIXING_CASES)} 个模型(干净、BatchNorm、两两混合、极弱依赖)的跨样本依赖都判断正确,没有副作用")
+
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_overfit_one_batch": (
@@ -253,5 +347,14 @@ HINTS: dict[str, tuple[str, ...]] = {
         "常错的是照着 10 类的数字定阈值(例如「最后的 loss 高于某个数就是 softmax 用了两次」):换成相对初始 loss 的下降比例"
         "和尾部的抖动;判断的顺序也要紧:先看 grad norm 是否恰好为 0,再看是否已经背下来,"
         "最后分一步一跳的平台、平滑的平台和几乎不降的直线",
+    ),
+    "check_batch_mixing": (
+        "batch 依赖检查:样本 i 的输出只该依赖它自己的输入,所以它对其他样本输入的梯度必须恰好为 0;"
+        "检查还要求它不改变模型的模式、不改动传入的 x、不在参数上留下梯度",
+        "07 的「0.3 batch 依赖检查」一节先用朴素代码做了一遍,又说明了 BatchNorm 为什么要在 eval 模式下查;"
+        "「练习 3:写出 batch_mixing」列出了全部要求",
+        "常错的几处:对整个 batch 的输出求和而不是只对样本 i;结果里包含了 i;用容差判断「为 0」;"
+        "忘了切到 eval 模式,或切过去之后没恢复(或无条件切回训练模式);对传入的 x 本身调用了 requires_grad_;"
+        "用 backward 后参数上留下了 .grad",
     ),
 }
