@@ -18,6 +18,11 @@ the sandbox, 10 % overhead; exit 1 when missed).
     python bench/grading.py                                            # 20 learners x 01-03, --jobs 2
     python bench/grading.py --learners 1 --notebooks 01 --no-workbook  # a smoke run
     python bench/grading.py --learners 1 --notebooks 01 --no-workbook --homework-rounds 2   # the homework
+    python bench/grading.py --learners 1 --notebooks 01 --no-workbook --homework-rounds 0 --class-learners 10
+
+The last one adds the homework class with histories (``bench/grading_class.py``: bundles of five
+upgrade commits and their realistic variants) graded with ``--jobs 1`` and ``--jobs 2``: seconds per
+learner (limit 2 minutes), and the two must decide the same for every learner.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grading_class  # noqa: E402
 from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
 
 from course_tools import grade  # noqa: E402
@@ -124,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--solutions", type=Path, default=REPO / "solutions")
     p.add_argument("--no-workbook", action="store_true", help="skip the whole-workbook time per learner")
     p.add_argument("--homework-rounds", type=int, default=1, help="homework gradings per arm (0: skip the homework)")
+    p.add_argument("--class-learners", type=int, default=0,
+                   help="also grade a homework class with histories (bench/grading_class.py), --jobs 1 and 2")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     info = machine_info()
@@ -172,13 +180,24 @@ def main(argv: list[str] | None = None) -> int:
                   f"(limit {100 * MAX_OVERHEAD:.0f}%), all checks passed: {h['all_checks_passed']} "
                   f"-> {'OK' if h['passed'] else 'FAILED'}")
         passed = passed and h["passed"]
+    homework_class = {}
+    for jobs in (1, 2) if args.class_learners else ():
+        homework_class[jobs] = grading_class.grade_class(args.class_learners, jobs, log=print)
+        c = homework_class[jobs]
+        table += (f"\nhomework class with histories ({args.class_learners} learners, bench/grading_class.py), "
+                  f"--jobs {jobs}: {c['seconds_per_learner']:.0f} s per learner (limit {c['max_seconds']:.0f} s), "
+                  f"{sum(r['runs'] for r in c['learners'])} check runs -> {'OK' if c['passed'] else 'FAILED'}")
+        passed = passed and c["passed"]
+    if len(homework_class) == 2 and grading_class.same_verdicts(homework_class[2], homework_class[1]):
+        table += "\nhomework class: --jobs 2 decided differently from --jobs 1 -> FAILED"
+        passed = False
     print()
     print(table)
     path = write_json("grading", {"machine": info, "learners": args.learners, "notebooks": [c.name for c in chosen],
                                   "jobs": args.jobs, "rounds": rounds, "sandbox_s": sandbox_s, "plain_s": plain_s,
                                   "overhead": overhead, "max_overhead": MAX_OVERHEAD, "ratio": ratios,
                                   "all_checks_passed": full, "workbook": workbook, "homework": homework,
-                                  "passed": passed, "table": table},
+                                  "homework_class": homework_class, "passed": passed, "table": table},
                       args.json)
     print(f"\nJSON: {path}")
     return 0 if passed else 1

@@ -98,6 +98,15 @@ def grading_notes(d: dict) -> list[str]:
                      + (f"; load average (1 min) {h['load_avg_1m'][0]} at its start, {h['load_avg_1m'][1]} at its end: "
                         "on a busy machine both arms stretch and their ratio says little" if h.get("load_avg_1m") else "")
                      + ".")
+    for jobs, c in sorted((d.get("homework_class") or {}).items()):
+        rows = c["learners"]
+        history = [r for r in rows if not r["verdicts"]["commits"].startswith("无历史")]
+        notes.append(f"The homework class with histories ({len(rows)} learners, `bench/grading_class.py`: bundles of "
+                     "five upgrade commits, upgrades 1+2 squashed, only 1-3 done, notebooks in every commit, one plain "
+                     f"folder), --jobs {jobs}: {c['wall_s']:.0f} s in all, {c['seconds_per_learner']:.0f} s per learner "
+                     f"({'within' if c['passed'] else 'OVER'} the {c['max_seconds']:.0f} s limit); "
+                     f"{sum(r['runs'] for r in history) / max(1, len(history)):.1f} check runs per learner with history "
+                     "(5 of them at the head).")
     return notes
 
 

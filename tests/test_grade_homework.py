@@ -459,8 +459,13 @@ def test_first_passing_commit_by_binary_search_with_a_bounded_number_of_runs():
             return commits.index(commit) >= first
 
         runner.at = at
+        runner.started = lambda u, commit: True     # nothing known from --help: probe the oldest, then halve
         assert runner.first_pass(upgrade, commits) == commits[first]
-        assert len(calls) <= 1 + 3                  # the newest, then log2(8) halvings
+        assert len(calls) <= 1 + 1 + 3              # the newest, the oldest started, then log2(8) halvings
+        calls.clear()
+        runner.started = lambda u, commit, first=first: commits.index(commit) >= first   # --help tells
+        assert runner.first_pass(upgrade, commits) == commits[first]
+        assert calls == [commits[-1].sha] + ([commits[first].sha] if first < len(commits) - 1 else [])
     runner.at = lambda u, commit: False
     assert runner.first_pass(upgrade, commits) is None
 
@@ -488,3 +493,74 @@ def test_require_commits_changes_the_score_only_when_asked(tmp_path, monkeypatch
         result = grade_homework.grade_homework(item, setup, sandbox=True, private=tmp_path)
         assert result.grade.passed == score, (verdict, required)
         assert any("--require-commits" in n for n in result.grade.notes) == (score == 0)
+
+
+_PARSER = '''import argparse, time
+p = argparse.ArgumentParser()
+for flag in {flags!r}:
+    p.add_argument(flag)
+{extra}p.parse_args()
+'''
+
+
+@pytest.mark.slow
+def test_the_walk_runs_no_check_where_the_help_lists_none_of_the_upgrades_flags(sandbox_ready, tmp_path, monkeypatch):
+    # Torch-free scripts: --help answers at once (or never). Upgrade 3 adds --clip; upgrade 5 adds two scripts.
+    from course_tools.grade.commits import open_history
+    from tests.test_grade_history import commit_file, git
+
+    repo = tmp_path / "learner"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    script = f"{grade_homework.HOMEWORK}/train_cifar.py"
+    versions = [((), ""), (("--out", "--seed"), ""), (("--out", "--seed", "--clip"), ""),
+                (("--out", "--seed", "--clip"), "time.sleep(600)\n")]      # the last one hangs on --help
+    for k, (flags, extra) in enumerate(versions):
+        commit_file(repo, script, _PARSER.format(flags=flags, extra=extra), f"v{k}")
+    history = open_history(repo, tmp_path / "git", course=None, baseline=_PARSER.format(flags=(), extra="").encode())
+    commits = history.commits
+    assert [c.subject for c in commits] == ["v1", "v2", "v3"]
+    setup = grade_homework.HomeworkSetup(tmp_path / "none", tmp_path / "none")
+    runner = grade_homework._Runner(setup, True, tmp_path / "scratch", history)
+    (tmp_path / "scratch").mkdir()
+    config, clipping, overfit = (nb10_homework.UPGRADES[k] for k in (0, 2, 4))
+    assert [runner.started(config, c) for c in commits[:2]] == [True, True]
+    assert [runner.started(clipping, c) for c in commits[:2]] == [False, True]     # --clip only from v2
+    assert runner.started(overfit, commits[0]) is False                             # debug_overfit.py missing
+    assert len(runner.helps) == 2 and runner.runs == 0                              # two --help, no check run
+    monkeypatch.setattr(grade_homework, "HELP_TIMEOUT", 2.0)
+    start = time.monotonic()
+    assert runner.started(clipping, commits[2]) is True       # a --help that hangs proves nothing: the check runs
+    assert time.monotonic() - start < 15 and runner.helps[commits[2].sha] is None
+    monkeypatch.setattr(grade_homework, "help_text", lambda *a, **k: pytest.fail("asked again"))
+    runner.helps.pop(commits[1].sha)
+    assert runner.started(clipping, commits[1]) is True       # after one hang, --help is not asked again
+
+
+def test_a_check_runs_once_per_content_of_the_scripts(tmp_path):
+    # A revert brings back scripts the walk has checked: the same bytes are not run again (except for
+    # upgrade 1, whose check reads the commit itself).
+    from course_tools.grade.commits import open_history
+    from course_tools.grade.report import CheckOutcome
+    from tests.test_grade_history import commit_file, git
+
+    repo = tmp_path / "learner"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    script = f"{grade_homework.HOMEWORK}/train_cifar.py"
+    for k, text in enumerate(["base\n", "a\n", "b\n", "a\n"]):
+        commit_file(repo, script, text, f"v{k}")
+    history = open_history(repo, tmp_path / "git", course=None, baseline=b"base\n")
+    runner = grade_homework._Runner(None, False, tmp_path / "scratch", history)
+    (tmp_path / "scratch").mkdir()
+    ran = []
+
+    def check(upgrade, folder, commit):
+        ran.append((upgrade.number, (folder / "train_cifar.py").read_text()))
+        return CheckOutcome("x", True)
+
+    runner.check = check
+    first, _, revert = history.commits
+    for upgrade in (nb10_homework.UPGRADES[1], nb10_homework.UPGRADES[0]):
+        assert runner.at(upgrade, first) and runner.at(upgrade, revert)
+    assert ran == [(2, "a\n"), (1, "a\n"), (1, "a\n")]

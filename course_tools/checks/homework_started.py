@@ -6,7 +6,9 @@ On the untouched baseline each of 10's checks would run the script for 4-28 s an
 none of the flags the upgrade adds (``UpgradeInfo.flags``), or the upgrade's script does not exist
 yet, the check reports :class:`~course_tools.checks.NotStarted` ("升级 N 还没开始") without training.
 A ``--help`` that fails, hangs or prints no usage proves nothing: the check then runs as usual. Under
-``COURSE_CHECKS=strict`` (the grader, the tests) nothing here runs, so no verdict changes.
+``COURSE_CHECKS=strict`` (the grader, the tests) :func:`started` does nothing, so no check's verdict
+changes; the grader's commit walk (:mod:`course_tools.grade.homework`) uses :func:`help_text` through
+its sandbox only to skip older commits that have not started an upgrade.
 
 Example::
 
@@ -14,30 +16,57 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from course_tools.checks import calm, not_started
-from course_tools.checks.homework_runs import run_environ, script_path
+from course_tools.checks.homework_runs import LOCAL, Launcher, run_environ, script_path
 from course_tools.checks.upgrades import UPGRADE_LIST
 
-__all__ = ["listed_flags", "started"]
+__all__ = ["help_text", "listed_flags", "flags_in", "started"]
 
 HELP_TIMEOUT = 30.0  # seconds: the script imports torch before its parser answers
+_MAX_HELP = 1 << 20  # characters of a --help output read
 
 
-def listed_flags(script: Path, flags: tuple[str, ...], timeout: float = HELP_TIMEOUT) -> set[str] | None:
+def help_text(script: Path, launcher: Launcher = LOCAL, timeout: float = HELP_TIMEOUT) -> str | None:
+    """What ``python script --help`` prints, run through ``launcher`` (the grader's is its sandbox); None when
+    it fails, hangs past ``timeout`` or prints no usage."""
+    with tempfile.TemporaryDirectory(prefix="help") as tmp:
+        log = Path(tmp) / "help.log"
+        try:
+            with open(log, "w", encoding="utf-8") as out:
+                proc = launcher([sys.executable, str(script), "--help"], cwd=script.parent, env=run_environ(),
+                                stdout=out, writable=Path(tmp))
+                try:
+                    code = proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return None
+        except OSError:
+            return None
+        text = log.read_text(encoding="utf-8", errors="replace")[:_MAX_HELP]
+    return text if code == 0 and "usage:" in text else None
+
+
+def listed_flags(script: Path, flags: tuple[str, ...], timeout: float = HELP_TIMEOUT,
+                 launcher: Launcher = LOCAL) -> set[str] | None:
     """The ``flags`` that ``python script --help`` lists; None when the help does not answer with a usage."""
-    try:
-        done = subprocess.run([sys.executable, str(script), "--help"], cwd=script.parent, env=run_environ(),
-                              capture_output=True, text=True, timeout=timeout, start_new_session=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0 or "usage:" not in done.stdout:
-        return None
-    return {flag for flag in flags if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", done.stdout)}
+    text = help_text(script, launcher, timeout)
+    return None if text is None else flags_in(text, flags)
+
+
+def flags_in(help_output: str, flags: tuple[str, ...]) -> set[str]:
+    """The ``flags`` a ``--help`` output lists (``--clip`` is not ``--clip-grad``)."""
+    return {flag for flag in flags if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_output)}
 
 
 def started(path: str | Path, number: int) -> Path:

@@ -19,9 +19,12 @@ row per upgrade with the check's own message and a command that reproduces it.
 History (clone with ``.git``, bundle; read by :mod:`course_tools.grade.commits`): for each
 upgrade, the first of the learner's commits at which its check passes. The checks are
 cumulative (each upgrade builds on the last, and a learner does not remove one later), so
-"passes" is monotone along the commits and a binary search over the commits that change
-``notebooks/homework/`` finds it: at most ``ceil(log2(n))`` runs of each check for ``n`` such
-commits, besides the run at the head, with every (commit, upgrade) result memoised. A commit's
+"passes" is monotone along the commits that change ``notebooks/homework/``. The commits before the
+first one that has started the upgrade (its scripts exist and, for an upgrade that adds flags,
+``train_cifar.py --help`` lists one: one sandboxed ``--help`` per commit) fail without a run; that
+commit is tried next (with one commit per upgrade, the answer), then a binary search: at most
+``1 + ceil(log2(n))`` runs of each check for ``n`` such commits besides the run at the head, every
+(commit, upgrade) result memoised. The head's verdicts, and so the score, always come from the checks. A commit's
 scripts run in an exported folder whose ``.git`` names that commit as ``HEAD`` (objects read from
 the grader's copy of the history), so upgrade 1's check asks for exactly that commit in
 ``config.json``; without history it asks only for a key naming the commit. The verdict
@@ -37,35 +40,33 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import shutil
-import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_tools.checks import CheckFailed
-from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade
+from course_tools.checks.homework_started import flags_in, help_text
+from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade, check_config
 from course_tools.grade.collect import Item
 from course_tools.grade.commits import HOMEWORK, Commit, History, HistoryError, open_history
 from course_tools.grade.discipline import NO_HISTORY, Discipline, judge_discipline
 from course_tools.grade.homework_files import copy_scripts, digest, pin, texts
 from course_tools.grade.kernel import clean_text
+from course_tools.grade.quiet import quiet_checks
 from course_tools.grade.report import CheckOutcome, Grade
 from course_tools.grade.similarity import PRO_REFERENCE, REFERENCE
 from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
 
 __all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkResult", "grade_homework",
-           "read_scripts", "failed_grade", "quiet_checks", "upgrade_label"]
+           "read_scripts", "failed_grade", "upgrade_label"]
 
 NOTEBOOK = "10_homework.ipynb"
 HAND_IN = "git bundle create hw.bundle homework-0.4"
 # One script run: torch maps ~3.4 GiB of address space, a tiny run stays under 1 GiB resident; a
 # run folder holds a few small checkpoints and logs.
+HELP_TIMEOUT = 20.0  # seconds for a commit's train_cifar.py --help in the walk (it imports torch first)
 HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=256 * MiB, disk=512 * MiB,
                          tmp=256 * MiB, shm=256 * MiB, home=64 * MiB)
 
@@ -124,39 +125,6 @@ class HomeworkResult:
     scripts: dict[str, str] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------- the checks' own printing
-
-class _ThreadStdout(io.TextIOBase):
-    """``sys.stdout`` while homework is graded: what the checks print in a grading thread is dropped."""
-
-    def __init__(self, real) -> None:
-        self.real = real
-        self.local = threading.local()
-
-    def write(self, text: str) -> int:
-        return len(text) if getattr(self.local, "quiet", False) else self.real.write(text)
-
-    def flush(self) -> None:
-        self.real.flush()
-
-
-_STDOUT: list[_ThreadStdout] = []
-
-
-@contextlib.contextmanager
-def quiet_checks() -> Iterator[None]:
-    """Drop what the checks print (their passed lines) in this thread; the terminal keeps the grader's output."""
-    if not _STDOUT or sys.stdout is not _STDOUT[0]:
-        _STDOUT[:] = [_ThreadStdout(sys.stdout)]
-        sys.stdout = _STDOUT[0]
-    proxy = _STDOUT[0]
-    proxy.local.quiet = True
-    try:
-        yield
-    finally:
-        proxy.local.quiet = False
-
-
 # ---------------------------------------------------------------- running the checks
 
 class _Runner:
@@ -164,14 +132,19 @@ class _Runner:
 
     def __init__(self, setup: HomeworkSetup, sandbox: bool, scratch: Path, history: History | None) -> None:
         self.setup, self.sandbox, self.scratch, self.history = setup, sandbox, scratch, history
-        self.memo: dict[tuple[str, int], CheckOutcome] = {}
+        self.memo: dict[tuple[str, int], CheckOutcome] = {}         # (commit, upgrade) -> outcome
+        self.by_content: dict[tuple[str, int], CheckOutcome] = {}   # (scripts' digest or commit, upgrade) -> outcome
         self.folders: dict[str, Path] = {}
+        self.helps: dict[str, str | None] = {}   # commit -> its train_cifar.py --help (None: no usage printed)
         self.runs = 0
+
+    def _box(self, folder: Path, commit: str) -> ScriptBox:
+        readable = (self.history.repo / "objects",) if self.history and commit else ()
+        return ScriptBox((folder,), readable, self.setup.limits, threads=1, sandbox=self.sandbox)
 
     def check(self, upgrade: Upgrade, folder: Path, commit: str) -> CheckOutcome:
         """One upgrade's check on the scripts in ``folder``; never raises for the learner's code."""
-        readable = (self.history.repo / "objects",) if self.history and commit else ()
-        box = ScriptBox((folder,), readable, self.setup.limits, threads=1, sandbox=self.sandbox)
+        box = self._box(folder, commit)
         work = Path(tempfile.mkdtemp(prefix="runs", dir=self.scratch))
         self.runs += 1
         try:
@@ -204,19 +177,55 @@ class _Runner:
         return self.folders[commit.sha]
 
     def at(self, upgrade: Upgrade, commit: Commit) -> bool:
+        """Whether ``upgrade``'s check passes at ``commit``: run once per content (the scripts' bytes; for
+        upgrade 1, whose check reads the commit itself, per commit)."""
         key = (commit.sha, upgrade.number)
         if key not in self.memo:
             try:
-                self.memo[key] = self.check(upgrade, self.folder(commit), commit.sha)
+                folder = self.folder(commit)
+                content = (commit.sha if upgrade.check is check_config else digest(folder), upgrade.number)
+                if content not in self.by_content:
+                    self.by_content[content] = self.check(upgrade, folder, commit.sha)
+                self.memo[key] = self.by_content[content]
             except HistoryError as exc:
                 self.memo[key] = CheckOutcome(upgrade_label(upgrade), False, f"无法导出 {commit.short}: {exc}")
         return self.memo[key].passed
 
+    def started(self, upgrade: Upgrade, commit: Commit) -> bool:
+        """Whether ``commit`` may pass ``upgrade``: its scripts exist and, for an upgrade that adds flags to
+        ``train_cifar.py``, its ``--help`` lists one of them (a help without a usage proves nothing: True).
+        A commit that has not started an upgrade fails its check, so the walk runs no check there."""
+        try:
+            folder = self.folder(commit)
+        except HistoryError:
+            return True   # at() records why the commit cannot be read
+        if not all((folder / name).is_file() for name in upgrade.scripts):
+            return False
+        if not upgrade.info.flags:
+            return True
+        if commit.sha not in self.helps:
+            if None in self.helps.values():   # a script that does not answer --help: stop asking
+                return True
+            box = self._box(folder, commit.sha)
+            try:
+                self.helps[commit.sha] = help_text(folder / TRAIN, launcher=box, timeout=HELP_TIMEOUT)
+            finally:
+                box.close()
+        help_output = self.helps[commit.sha]
+        return help_output is None or bool(flags_in(help_output, upgrade.info.flags))
+
     def first_pass(self, upgrade: Upgrade, candidates: list[Commit]) -> Commit | None:
-        """The first of ``candidates`` (oldest first) at which the check passes: binary search, passing being monotone."""
+        """The first of ``candidates`` (oldest first) at which the check passes, passing being monotone.
+
+        The commits before the first one that has started the upgrade (:meth:`started`) fail without a run;
+        that commit is tried next (with one commit per upgrade it is the answer), then a binary search.
+        """
         if not candidates or not self.at(upgrade, candidates[-1]):
             return None
-        lo, hi = 0, len(candidates) - 1
+        lo = next((k for k, c in enumerate(candidates[:-1]) if self.started(upgrade, c)), len(candidates) - 1)
+        if lo == len(candidates) - 1 or self.at(upgrade, candidates[lo]):
+            return candidates[lo]
+        lo, hi = lo + 1, len(candidates) - 1
         while lo < hi:
             mid = (lo + hi) // 2
             if self.at(upgrade, candidates[mid]):
@@ -328,6 +337,7 @@ def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, resul
         outcome = runner.check(upgrade, head, commit)
         if commit:
             runner.memo[commit, upgrade.number] = outcome
+            runner.by_content[commit if upgrade.check is check_config else digest(head), upgrade.number] = outcome
         grade.checks.append(outcome)
         if not outcome.passed:
             grade.notes.append(f"{outcome.check}: {outcome.message}")
@@ -352,6 +362,7 @@ def _discipline(runner: _Runner, history: History | None) -> Discipline:
     before = runner.runs
     first = {u.number: runner.first_pass(u, candidates) for u in UPGRADES}
     verdict = judge_discipline(history.commits, first)
-    bound = len(UPGRADES) * (1 + math.ceil(math.log2(max(1, len(candidates)))))
+    bound = len(UPGRADES) * (2 + math.ceil(math.log2(max(1, len(candidates)))))
     return Discipline(verdict.ok, verdict.column, [history.start_note, *verdict.notes,
-                      f"按提交检查: {len(candidates)} 个改动作业的提交,运行检查 {runner.runs - before} 次(上限 {bound})"])
+                      f"按提交检查: {len(candidates)} 个改动作业的提交,运行检查 {runner.runs - before} 次(上限 {bound}),"
+                      f"--help {len(runner.helps)} 次"])
