@@ -180,24 +180,28 @@ def main(argv: list[str] | None = None) -> int:
                   f"(limit {100 * MAX_OVERHEAD:.0f}%), all checks passed: {h['all_checks_passed']} "
                   f"-> {'OK' if h['passed'] else 'FAILED'}")
         passed = passed and h["passed"]
-    homework_class = {}
+    homework_class, class_lines = {}, []
     for jobs in (1, 2) if args.class_learners else ():
         homework_class[jobs] = grading_class.grade_class(args.class_learners, jobs, log=print)
         c = homework_class[jobs]
-        table += (f"\nhomework class with histories ({args.class_learners} learners, bench/grading_class.py), "
-                  f"--jobs {jobs}: {c['seconds_per_learner']:.0f} s per learner (limit {c['max_seconds']:.0f} s), "
-                  f"{sum(r['runs'] for r in c['learners'])} check runs -> {'OK' if c['passed'] else 'FAILED'}")
-        passed = passed and c["passed"]
+        class_lines.append(f"homework class with histories ({args.class_learners} learners, bench/grading_class.py), "
+                           f"--jobs {jobs}: {c['seconds_per_learner']:.0f} s per learner (limit {c['max_seconds']:.0f} s), "
+                           f"{sum(r['runs'] for r in c['learners'])} check runs -> {'OK' if c['passed'] else 'FAILED'}")
     if len(homework_class) == 2 and grading_class.same_verdicts(homework_class[2], homework_class[1]):
-        table += "\nhomework class: --jobs 2 decided differently from --jobs 1 -> FAILED"
-        passed = False
+        class_lines.append("homework class: --jobs 2 decided differently from --jobs 1 -> FAILED")
+    if homework_class:
+        class_ok = all(c["passed"] for c in homework_class.values()) and not class_lines[-1].endswith("FAILED")
+        passed = passed and class_ok
+        table += "\n" + "\n".join(class_lines)
+        write_json("grading_class", {"machine": info, "learners": args.class_learners, "jobs": homework_class,
+                                     "table": "\n".join(class_lines), "passed": class_ok})
     print()
     print(table)
     path = write_json("grading", {"machine": info, "learners": args.learners, "notebooks": [c.name for c in chosen],
                                   "jobs": args.jobs, "rounds": rounds, "sandbox_s": sandbox_s, "plain_s": plain_s,
                                   "overhead": overhead, "max_overhead": MAX_OVERHEAD, "ratio": ratios,
                                   "all_checks_passed": full, "workbook": workbook, "homework": homework,
-                                  "homework_class": homework_class, "passed": passed, "table": table},
+                                  "passed": passed, "table": table},
                       args.json)
     print(f"\nJSON: {path}")
     return 0 if passed else 1

@@ -98,15 +98,23 @@ def grading_notes(d: dict) -> list[str]:
                      + (f"; load average (1 min) {h['load_avg_1m'][0]} at its start, {h['load_avg_1m'][1]} at its end: "
                         "on a busy machine both arms stretch and their ratio says little" if h.get("load_avg_1m") else "")
                      + ".")
-    for jobs, c in sorted((d.get("homework_class") or {}).items()):
+    return notes
+
+
+def grading_class_notes(d: dict) -> list[str]:
+    notes = []
+    for jobs, c in sorted(d["jobs"].items()):
         rows = c["learners"]
         history = [r for r in rows if not r["verdicts"]["commits"].startswith("无历史")]
-        notes.append(f"The homework class with histories ({len(rows)} learners, `bench/grading_class.py`: bundles of "
-                     "five upgrade commits, upgrades 1+2 squashed, only 1-3 done, notebooks in every commit, one plain "
-                     f"folder), --jobs {jobs}: {c['wall_s']:.0f} s in all, {c['seconds_per_learner']:.0f} s per learner "
-                     f"({'within' if c['passed'] else 'OVER'} the {c['max_seconds']:.0f} s limit); "
+        notes.append(f"--jobs {jobs}: {c['wall_s']:.0f} s for {len(rows)} learners, {c['seconds_per_learner']:.0f} s per "
+                     f"learner ({'within' if c['passed'] else 'OVER'} the {c['max_seconds']:.0f} s limit); "
                      f"{sum(r['runs'] for r in history) / max(1, len(history)):.1f} check runs per learner with history "
                      "(5 of them at the head).")
+    notes.append("The class: bundles of the released baseline plus one commit per upgrade (the reference answer's "
+                 "patches), and variants: upgrades 1 and 2 squashed, only upgrades 1-3 done, the workbook's notebooks in "
+                 "every commit plus a notebooks-only commit, a plain homework/ folder. Each learner's verdicts (score, "
+                 "commit discipline, each upgrade) must be the same with --jobs 1 and 2 (and `python "
+                 "bench/grading_class.py --verdicts OLD.json` compares them with an earlier grader).")
     return notes
 
 
@@ -189,6 +197,9 @@ sections = [
             peers_notes(load("peers")) if load("peers") else []),
     section("9. CPU threads (`bench/threads.py`)", load("threads"), "python bench/threads.py",
             threads_notes(load("threads")) if load("threads") else []),
+    section("12. A homework class with histories (`bench/grading_class.py`)", load("grading_class"),
+            "python bench/grading.py --homework-rounds 0 --class-learners 10",
+            grading_class_notes(load("grading_class")) if load("grading_class") else []),
 ]
 header = ["# Performance", "",
           "Every table is the verbatim output of the command above it (also in `bench/results/<name>.json`); the scripts "

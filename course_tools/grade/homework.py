@@ -23,8 +23,10 @@ cumulative (each upgrade builds on the last, and a learner does not remove one l
 first one that has started the upgrade (its scripts exist and, for an upgrade that adds flags,
 ``train_cifar.py --help`` lists one: one sandboxed ``--help`` per commit) fail without a run; that
 commit is tried next (with one commit per upgrade, the answer), then a binary search: at most
-``1 + ceil(log2(n))`` runs of each check for ``n`` such commits besides the run at the head, every
-(commit, upgrade) result memoised. The head's verdicts, and so the score, always come from the checks. A commit's
+``1 + ceil(log2(n))`` runs of each check for ``n`` such commits besides the run at the head (plus one
+at the last commit when the scripts handed in are not a commit), every result memoised per content.
+The head's verdicts always come from running the checks (the cut never skips them); the score is their
+count, set to 0 only by ``--require-commits`` on a failed commit verdict. A commit's
 scripts run in an exported folder whose ``.git`` names that commit as ``HEAD`` (objects read from
 the grader's copy of the history), so upgrade 1's check asks for exactly that commit in
 ``config.json``; without history it asks only for a key naming the commit. The verdict
