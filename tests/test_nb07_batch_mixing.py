@@ -30,90 +30,54 @@ def batch_mixing(model, x, i=0):
 {body}
 '''
 
+_RIGHT = '''
+    was = model.training
+    model.eval()
+    leaf = x.detach().clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
+    model.train(was)
+    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}'''
+
+
+def _mutant(*edits: tuple[str, str]) -> str:
+    """The right answer with the learner's mistake: each (old, new) replaced once."""
+    body = _RIGHT
+    for old, new in edits:
+        assert old in body, old
+        body = body.replace(old, new, 1)
+    return body
+
+
+_NO_MODE = (("    was = model.training\n    model.eval()\n", ""), ("    model.train(was)\n", ""))
+
 # name -> (body of batch_mixing, a fragment the failure message must contain)
 WRONG = {
     # differentiates the whole batch's output: every sample "mixes" in any model
-    "whole batch": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf).sum(), leaf)
-    model.train(was)
-    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}''', "互不相连"),
+    "whole batch": (_mutant(("model(leaf)[i].sum()", "model(leaf).sum()")), "互不相连"),
     # forgets to leave i out
-    "includes i": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    model.train(was)
-    return {j for j in range(len(x)) if bool(grad[j].ne(0).any())}''', "互不相连"),
+    "includes i": (_mutant(("if j != i and ", "if ")), "互不相连"),
     # tests whether a gradient row exists instead of whether it is zero
-    "is not None": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    model.train(was)
-    return {j for j in range(len(x)) if j != i and grad[j] is not None}''', "互不相连"),
+    "is not None": (_mutant(("bool(grad[j].ne(0).any())", "grad[j] is not None")), "互不相连"),
     # never switches to eval mode: training-mode BatchNorm mixes by design
-    "no eval": ('''
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}''', "BatchNorm"),
+    "no eval": (_mutant(*_NO_MODE), "BatchNorm"),
     # switches to eval mode and leaves the model there
-    "stays in eval": ('''
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}''', "training=True"),
+    "stays in eval": (_mutant(("    model.train(was)\n", "")), "training=True"),
     # switches back to training mode whatever the mode was
-    "always train()": ('''
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    model.train()
-    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}''', "training=False"),
+    "always train()": (_mutant(("model.train(was)", "model.train()")), "training=False"),
     # a tolerance: the faint leak (gradients far below 1e-3) is missed
-    "tolerance": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    model.train(was)
-    return {j for j in range(len(x)) if j != i and grad[j].abs().max().item() > 1e-3}''', "极弱"),
+    "tolerance": (_mutant(("bool(grad[j].ne(0).any())", "grad[j].abs().max().item() > 1e-3")), "极弱"),
     # marks the caller's tensor as requiring gradients
-    "caller's x": ('''
-    was = model.training
-    model.eval()
-    x.requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(x)[i].sum(), x)
-    model.train(was)
-    return {j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())}''', "调用者的 x"),
+    "caller's x": (_mutant(("x.detach().clone().requires_grad_(True)", "x.requires_grad_(True)")), "调用者的 x"),
     # backward() fills the parameters' .grad, which the learner's next optimizer step would add up
-    "backward leaves .grad": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    model(leaf)[i].sum().backward()
-    model.train(was)
-    return {j for j in range(len(x)) if j != i and bool(leaf.grad[j].ne(0).any())}''', ".grad"),
+    "backward leaves .grad": (_mutant(("(grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)",
+                                       "model(leaf)[i].sum().backward()\n    grad = leaf.grad")), ".grad"),
     # an answer that claims no model ever mixes
     "empty set": ('''
     return set()''', "两个样本混在一起"),
     # a list instead of a set
-    "list": ('''
-    was = model.training
-    model.eval()
-    leaf = x.detach().clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(model(leaf)[i].sum(), leaf)
-    model.train(was)
-    return [j for j in range(len(x)) if j != i and bool(grad[j].ne(0).any())]''', "set"),
+    "list": (_mutant(("return {j", "return [j"), ("any())}", "any())]")), "set"),
     # forgets requires_grad: autograd.grad raises, and the check reports it
-    "no requires_grad": ('''
-    model.eval()
-    (grad,) = torch.autograd.grad(model(x)[i].sum(), x)
-    return set()''', "RuntimeError"),
+    "no requires_grad": (_mutant((".requires_grad_(True)", "")), "RuntimeError"),
 }
 
 # accepted variants: backward on the copy with the parameters' .grad put back; a per-row sum of |grad|
