@@ -192,7 +192,7 @@ class _Collector:
                 self.report(other, key, f"另一份作业({FORMS[form]}),未批改: 已批改 {shown}")
                 item.review.append(f"作业交了不止一份,批改的是 {shown},未批改 {other}")
         else:
-            item.notes.append(f"未提交作业(homework/ 文件夹、练习册克隆或 *.bundle)")
+            item.notes.append("未提交作业(homework/ 文件夹、练习册克隆或 *.bundle)")
         self.items.append(item)
 
     def clone(self, root: Path, key: str, shown: str, files: list[tuple[Path, str, int]], extra: list[Finding],
