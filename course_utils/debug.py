@@ -131,13 +131,14 @@ def sanity_report(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classe
 
 
 def batch_mixing(model: nn.Module, x: torch.Tensor, i: int = 0) -> set[int]:
-    """The samples ``j != i`` of the batch ``x`` whose input gets a non-zero gradient from the output for sample ``i``.
+    """The samples ``j != i`` of ``x`` whose input gets a non-zero gradient from the output for sample ``i``.
 
     Why: every sample's output should depend on its own input only. A ``view`` where a
     ``permute`` was meant, or a reshape across the batch dimension, mixes samples; the model
     still trains and still memorises one batch, so the overfit test cannot catch it and this
-    gradient check can (Karpathy's batch-dependency check). It differentiates ``model(x)[i].sum()`` with respect
-    to a copy of ``x``: the rows of that gradient other than ``i`` must be exactly 0.
+    gradient check can (Karpathy's batch-dependency check). It differentiates
+    ``model(x)[i].sum()`` with respect to a copy of ``x``: the rows of that gradient other
+    than ``i`` must be exactly 0.
 
     Pitfall: BatchNorm in training mode mixes the batch by design (it normalises with the
     batch's statistics), so the check runs in eval mode and then restores the mode the

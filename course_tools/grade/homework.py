@@ -66,9 +66,9 @@ __all__ = ["NOTEBOOK", "HAND_IN", "HOMEWORK_LIMITS", "HomeworkSetup", "HomeworkR
 
 NOTEBOOK = "10_homework.ipynb"
 HAND_IN = "git bundle create hw.bundle homework-0.4"
+HELP_TIMEOUT = 20.0  # seconds for a commit's train_cifar.py --help in the walk (it imports torch first)
 # One script run: torch maps ~3.4 GiB of address space, a tiny run stays under 1 GiB resident; a
 # run folder holds a few small checkpoints and logs.
-HELP_TIMEOUT = 20.0  # seconds for a commit's train_cifar.py --help in the walk (it imports torch first)
 HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=256 * MiB, disk=512 * MiB,
                          tmp=256 * MiB, shm=256 * MiB, home=64 * MiB)
 
@@ -178,6 +178,11 @@ class _Runner:
             self.folders[commit.sha] = dest
         return self.folders[commit.sha]
 
+    @staticmethod
+    def content(upgrade: Upgrade, folder: Path, commit: str) -> tuple[str, int]:
+        """What a check's outcome depends on: the scripts' bytes (upgrade 1's check also reads the commit)."""
+        return (commit if upgrade.check is check_config else digest(folder), upgrade.number)
+
     def at(self, upgrade: Upgrade, commit: Commit) -> bool:
         """Whether ``upgrade``'s check passes at ``commit``: run once per content (the scripts' bytes; for
         upgrade 1, whose check reads the commit itself, per commit)."""
@@ -185,7 +190,7 @@ class _Runner:
         if key not in self.memo:
             try:
                 folder = self.folder(commit)
-                content = (commit.sha if upgrade.check is check_config else digest(folder), upgrade.number)
+                content = self.content(upgrade, folder, commit.sha)
                 if content not in self.by_content:
                     self.by_content[content] = self.check(upgrade, folder, commit.sha)
                 self.memo[key] = self.by_content[content]
@@ -339,7 +344,7 @@ def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, resul
         outcome = runner.check(upgrade, head, commit)
         if commit:
             runner.memo[commit, upgrade.number] = outcome
-            runner.by_content[commit if upgrade.check is check_config else digest(head), upgrade.number] = outcome
+            runner.by_content[runner.content(upgrade, head, commit)] = outcome
         grade.checks.append(outcome)
         if not outcome.passed:
             grade.notes.append(f"{outcome.check}: {outcome.message}")
