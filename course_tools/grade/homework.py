@@ -121,10 +121,12 @@ class HomeworkSetup:
 
 @dataclass
 class HomeworkResult:
-    """One learner's homework row and the scripts graded (name -> text, for the similarity report)."""
+    """One learner's homework row, the scripts graded (name -> text, for the similarity report) and how many
+    check runs it took (the head's and the commit walk's)."""
 
     grade: Grade
     scripts: dict[str, str] = field(default_factory=dict)
+    runs: int = 0
 
 
 # ---------------------------------------------------------------- running the checks
@@ -355,6 +357,7 @@ def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, resul
         verdict = Discipline(True, "无法读取", [f"提交历史无法读取: {exc}"])
     grade.commits = verdict.column
     grade.notes += verdict.notes
+    result.runs = runner.runs
 
 
 def _discipline(runner: _Runner, history: History | None) -> Discipline:
