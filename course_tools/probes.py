@@ -1,7 +1,8 @@
 """What a test or a demo attaches to a run of the professional script: its hidden flags.
 
-``solutions/homework/train_cifar_pro.py`` takes ``--inject-nan-at-step``, ``--inject-bad-batch``
-and ``--sample-ledger`` (not in ``--help``) and hands them to ``Probes``; its loop only calls a
+``solutions/homework/train_cifar_pro.py`` takes ``--inject-nan-at-step``, ``--inject-bad-batch``,
+``--sample-ledger`` and the hang probes ``--inject-stall``, ``--inject-stuck-worker``, ``--inject-straggler``
+(not in ``--help``) and hands them to ``Probes``; its loop only calls a
 ``Hooks`` object (this no-op one when no hidden flag is given), so neither the loop nor
 ``train_step`` knows what a test does (CONTRIBUTING "One fact, one place").
 
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import time
 
 import torch
 
 from course_utils.distributed import World, gather
+from course_utils.heartbeat import Heartbeat
 from course_utils.runfolder import RunFiles
 
 __all__ = ["Hooks", "Probes"]
@@ -24,13 +29,18 @@ __all__ = ["Hooks", "Probes"]
 class Hooks:
     """What a test or a demo attaches to a run; training runs with this one, which does nothing.
 
-    ``attach(model, step)``: once, before the first step (``step``: where the run starts);
+    ``data(dataset)``: the training set (returns it, or what to load instead);
+    ``attach(model, step, beat)``: once, before the first step (``step``: where the run starts; ``beat``: the
+    rank's ``Heartbeat``);
     ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
     about to train on (returns it, or what to train on instead);
     ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
     """
 
-    def attach(self, model: torch.nn.Module, step: int) -> None:
+    def data(self, dataset: torch.utils.data.Dataset) -> torch.utils.data.Dataset:
+        return dataset
+
+    def attach(self, model: torch.nn.Module, step: int, beat: Heartbeat) -> None:
         pass
 
     def before_step(self, step: int, position: int, x: torch.Tensor,
@@ -50,6 +60,12 @@ class Probes(Hooks):
     images of the global batches at positions P, Q are NaN (a corrupted batch: a fault of the data,
     which a rollback skips). ``--sample-ledger``: rank 0 appends to ``RunFiles.ledger`` one line
     per step: the sample indices and labels each rank trained on.
+
+    Hangs (tests and 11 §10): ``--inject-stall RANK:STEP:PHASE,...``: that rank freezes itself (SIGSTOP) as it
+    enters PHASE of STEP; the i-th entry only in attempt i of a torchrun job (``TORCHELASTIC_RESTART_COUNT``; a
+    plain run is attempt 0), so a job restarted by ``--max-restarts`` meets the next one.
+    ``--inject-stuck-worker N``: a DataLoader worker freezes itself as it loads its N-th sample (a stuck read).
+    ``--inject-straggler RANK:SECONDS``: that rank sleeps so long in every data phase (slow, not stuck).
     """
 
     def __init__(self, args: argparse.Namespace, world: World, files: RunFiles) -> None:
@@ -57,19 +73,38 @@ class Probes(Hooks):
         self.ledger = files.ledger if args.sample_ledger else None
         self.world = world
         self.step, self.loader, self.shares = 0, None, None
+        attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        stalls = [tuple(entry.split(":")) for entry in args.inject_stall]
+        self.stall = (int(stalls[attempt][1]), stalls[attempt][2]) \
+            if attempt < len(stalls) and int(stalls[attempt][0]) == world.rank else None
+        self.stuck_worker = args.inject_stuck_worker
+        rank, _, seconds = (args.inject_straggler or "-1:0").partition(":")
+        self.straggle = float(seconds) if int(rank) == world.rank else 0.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, world: World, files: RunFiles) -> Hooks:
-        wanted = args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger
+        wanted = (args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger or args.inject_stall
+                  or args.inject_stuck_worker or args.inject_straggler)
         return cls(args, world, files) if wanted else Hooks()
 
-    def attach(self, model: torch.nn.Module, step: int) -> None:
+    def data(self, dataset: torch.utils.data.Dataset) -> torch.utils.data.Dataset:
+        return _StuckWorker(dataset, self.stuck_worker) if self.stuck_worker else dataset
+
+    def attach(self, model: torch.nn.Module, step: int, beat: Heartbeat) -> None:
         if self.nan_steps:
             model.register_forward_hook(self.poison)
+        if self.stall is not None:
+            beat.on_enter = self.phase_entered
+
+    def phase_entered(self, step: int, phase: str) -> None:
+        if (step, phase) == self.stall:
+            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, its watchdog thread included
 
     def before_step(self, step: int, position: int, x: torch.Tensor,
                     y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.step = step
+        if self.straggle:
+            time.sleep(self.straggle)
         return (x * float("nan"), y) if position in self.bad_batches else (x, y)
 
     def poison(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
@@ -86,3 +121,25 @@ class Probes(Hooks):
             with open(self.ledger, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step, "world_size": self.world.size, "indices": [i for i, _ in ledger],
                                     "labels": [labels for _, labels in ledger]}) + "\n")
+
+
+class _StuckWorker(torch.utils.data.Dataset):
+    """``dataset``, except that a DataLoader worker freezes itself (SIGSTOP) as it loads its ``n``-th sample."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, n: int) -> None:
+        self.dataset, self.n, self.loaded = dataset, n, 0
+
+    def __getattr__(self, name: str):  # source, set_epoch...: the wrapped dataset's
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        if torch.utils.data.get_worker_info() is not None:
+            self.loaded += 1
+            if self.loaded == self.n:
+                os.kill(os.getpid(), signal.SIGSTOP)
+        return self.dataset[i]

@@ -150,10 +150,11 @@ def rank_device(spec: str, world: World) -> "torch.device":
     return device
 
 
-def setup(world: World, device: "torch.device") -> None:
+def setup(world: World, device: "torch.device", timeout_s: float | None = None) -> None:
     """Join the job's process group (``init_process_group`` from torchrun's variables); nothing in a plain run.
 
-    Returns once every rank has joined. On a GPU, select ``device`` first: two ranks on one GPU
+    Returns once every rank has joined. ``timeout_s``: how long one collective may wait (None: torch's
+    default, 30 minutes on gloo); a hang watchdog (``course_utils.heartbeat``) should fire before it. On a GPU, select ``device`` first: two ranks on one GPU
     is an NCCL error, and an unselected device means rank r's NCCL traffic goes through GPU 0.
     """
     if not world.launched:
@@ -162,7 +163,14 @@ def setup(world: World, device: "torch.device") -> None:
     import torch.distributed as dist
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend_for(device), device_id=device if device.type == "cuda" else None)
+    import datetime
+    timeout = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+    # torchrun's store outlives a restart (--max-restarts): without a prefix per attempt, measured here, the
+    # third attempt's gloo connect read an address of an earlier attempt's rank (connection refused, or a hang)
+    store, rank, size = next(dist.rendezvous("env://", **timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend_for(device), store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                            world_size=size, device_id=device if device.type == "cuda" else None, **timeout)
 
 
 def teardown(world: World) -> None:

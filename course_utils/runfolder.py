@@ -79,11 +79,12 @@ class ExitCode(IntEnum):
     REFUSED = 2     # bad command line or a folder conflict; nothing was changed (argparse's convention)
     BAD_STEPS = 3   # stopped: too many bad steps (inf/NaN, loss spikes); --resume goes back to the last known-good one
     PREEMPTED = 75  # SIGTERM/SIGINT: saved and stopped; run again with --resume (75 = EX_TEMPFAIL, "try again")
+    HUNG = 124      # no progress for --hang-timeout s (course_utils.heartbeat); --resume continues (124: timeout(1)'s)
 
 
 # status.json "state" for each way a run ends, plus "running" while it runs
 STATES = {ExitCode.FINISHED: "finished", ExitCode.FAILED: "failed", ExitCode.BAD_STEPS: "stopped_bad_steps",
-          ExitCode.PREEMPTED: "preempted"}
+          ExitCode.PREEMPTED: "preempted", ExitCode.HUNG: "hung"}
 
 SKIPPED_FILE = "skipped_batches.json"  # every rollback and the samples of every batch it skipped (course_utils.rollback)
 
@@ -117,6 +118,9 @@ class RunFiles:
     ledger = property(lambda self: self.root / "sample_ledger.jsonl", doc="tests: the samples of every step")
     tensorboard = property(lambda self: self.root / "tensorboard", doc="``sinks.TensorBoardSink``'s events")
     wandb_id = property(lambda self: self.root / "wandb_run_id.txt", doc="the wandb run a resume continues")
+    # the two exceptions to "ranks above 0 write nothing" (course_utils.heartbeat): each rank's own files
+    heartbeats = property(lambda self: self.root / "heartbeats", doc="one file per rank while the run lives")
+    hangs = property(lambda self: self.root / "hangs", doc="one folder per hang: report.json, every live rank's stacks")
 
 
 def write_config(folder: "str | os.PathLike | RunFiles", config: dict[str, Any]) -> None:

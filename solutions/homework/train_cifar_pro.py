@@ -63,7 +63,8 @@ from course_utils.signals import StopSignal
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step", "inject_bad_batch", "async_ckpt", "sample_ledger", "peak_flops"}
+        "deterministic", "inject_nan_at_step", "inject_bad_batch", "async_ckpt", "sample_ledger", "peak_flops",
+        "hang_timeout", "inject_stall", "inject_stuck_worker", "inject_straggler"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 ROLLBACK_FLAGS = ("skip_batches", "rollback_lr_factor", "max_rollbacks")  # only with --on-spike rollback
 
@@ -115,10 +116,16 @@ def build_parser() -> Parser:
     p.add_argument("--bad-step-window", type=int_at_least(1), default=50,
                    help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
     add_spike_flags(p)
+    p.add_argument("--hang-timeout", type=float_in(0), default=None,
+                   help="seconds without progress on any rank that end the run as hung (exit code 124; default: "
+                        "20x the median step, at least 60; 0: off)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
     p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
     p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
+    p.add_argument("--inject-stall", type=lambda s: tuple(s.split(",")), default=(), help=argparse.SUPPRESS)  # hangs
+    p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=argparse.SUPPRESS)
+    p.add_argument("--inject-straggler", default="", help=argparse.SUPPRESS)
     return p
 
 
@@ -140,6 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.allow_change and not args.resume:
         p.error("--allow-change 只在 --resume 时有意义")
+    if args.hang_timeout is not None and 0 < args.hang_timeout < 5:
+        p.error(f"--hang-timeout {args.hang_timeout:g} 太短:至少 5 秒(心跳约每秒写一次),或 0 关闭")
     if args.max_bad_steps > args.bad_step_window:
         p.error(f"--max-bad-steps {args.max_bad_steps} 大于 --bad-step-window {args.bad_step_window},永远不会触发")
     defaults = p.parse_args([])
@@ -174,6 +183,7 @@ from course_utils.distributed import (RanksDisagree, any_rank, average, backend_
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.estimate import matmul_peak_flops, training_flops  # noqa: E402
+from course_utils.heartbeat import HangReport, Heartbeat, Stragglers, Watchdog  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
@@ -249,27 +259,35 @@ class Training:
     step: int = 0
     position: int = 0  # the global batch position of the next batch the current loader yields
     last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
+    beat: Heartbeat | None = None  # this rank's progress (step, phase) for the hang watchdog of every rank
+    stragglers: Stragglers | None = None  # rank 0: each rank's time per step, at --log-every
     loader: torch.utils.data.DataLoader | None = None  # this rank's loader of the current run of batches
     batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
 
 
 def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles, saved: dict | None,
           changes: dict, world: World, hooks: Hooks) -> ExitCode:
-    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish."""
-    t = prepare(args, stop, run, files, world)
+    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish; from the
+    first step on, a watchdog ends the job when no rank makes progress for --hang-timeout s (status "hung")."""
+    t = prepare(args, stop, run, files, world, hooks)
     resume(t, saved, changes)
-    hooks.attach(t.model, t.step)
+    t.beat, t.stragglers = Heartbeat(world.rank), Stragglers() if world.is_main else None
+    t.beat.attach(t.ddp_model, t.optimizer, ddp=t.ddp_model if world.launched else None)
+    hooks.attach(t.model, t.step, t.beat)
     t.model.train()
     running(t)
-    return finish(t, loop(t, hooks))
+    with Watchdog(t.beat, files, world.size, timeout=args.hang_timeout, on_hang=lambda report: hung(t, report)):
+        return finish(t, loop(t, hooks))
 
 
 def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles,
-            world: World) -> Training:
+            world: World, hooks: Hooks) -> Training:
     """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
     main = world.is_main
     device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
-    setup(world, device)  # torchrun: join the other ranks (init_process_group); a plain run: nothing
+    # torchrun: join the other ranks (init_process_group); a plain run: nothing. A collective may wait the hang
+    # timeout + 5 min (rank 0 evaluates and saves alone meanwhile): the watchdog reports first; None: torch's 30 min
+    setup(world, device, args.hang_timeout + 300 if args.hang_timeout else None)
     if world.launched:
         stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
@@ -278,8 +296,8 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, f
 
     # data: the order of every epoch depends only on (seed, epoch), so a resumed run sees the same batches;
     # each rank trains on its share of every global batch of --batch-size
-    train_ds = take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed, quiet=not main),
-                             args.data_fraction)
+    train_ds = hooks.data(take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed,
+                                                     quiet=not main), args.data_fraction))
     steps_per_epoch = batches_per_epoch(len(train_ds), args.batch_size, drop_last=True)
     if steps_per_epoch == 0:
         raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
@@ -423,6 +441,7 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
     while t.step < t.total_steps:
         if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
             return ExitCode.PREEMPTED
+        t.beat.enter("data", t.step + 1)
         epoch, x, y = next_batch(t, hooks)
         result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
                             ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
@@ -430,6 +449,8 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
         t.step += 1
         hooks.after_step(t.step, t.loader, y)
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
+        if t.step % args.log_every == 0:  # every rank's time per step: busy, data wait, wait for the others
+            log_ranks(t, gather(t.beat.take_times()))
         bad = time_to_save = False
         if main:
             t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
@@ -558,6 +579,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScale
 
 def save(t: Training, metric: float | None = None) -> None:
     """A full checkpoint of this step: every rank sends its RNG state, rank 0 writes."""
+    t.beat.enter("save")
     same_on_all_ranks(t.step, "step")  # a rank off by one would save a state that no step had
     rng_states = gather_rng_states()  # every rank's, on rank 0
     if t.world.is_main:
@@ -576,10 +598,10 @@ def evaluate_now(t: Training) -> float | None:
     if not t.world.is_main:
         return None
     with t.monitor.paused():
-        metrics = evaluate(t.model, t.stop.iterate(t.test_loader), t.device, t.amp_dtype)
+        batches = lambda: t.beat.each(t.stop.iterate(t.test_loader), "eval")  # noqa: E731 (a beat per batch)
+        metrics = evaluate(t.model, batches(), t.device, t.amp_dtype)
         if t.ema is not None:
-            metrics |= {f"{k}_ema": v for k, v in evaluate(t.ema.module, t.stop.iterate(t.test_loader), t.device,
-                                                              t.amp_dtype).items()}
+            metrics |= {f"{k}_ema": v for k, v in evaluate(t.ema.module, batches(), t.device, t.amp_dtype).items()}
         t.monitor.log_eval(t.step, (t.step - 1) // t.steps_per_epoch, **metrics)
     return metrics.get("acc_ema", metrics["acc"])
 
@@ -599,6 +621,25 @@ def evaluate(model: torch.nn.Module, batches: Iterable, device: torch.device, dt
         total += len(y)
     model.train(was_training)
     return {"acc": correct / total, "loss": loss_sum / total}
+
+
+def log_ranks(t: Training, times: list[dict[str, float]]) -> None:
+    """Rank 0: every rank's seconds per step in metrics.jsonl; an alert for a rank persistently slower than the
+    others (alive, so not a hang; the others wait for it in every gradient all-reduce)."""
+    if not t.world.is_main:
+        return
+    t.monitor.log_ranks(t.step, times)
+    for rank, busy, others in t.stragglers.update(times):
+        t.monitor.alert("straggler", f"rank {rank} 持续偏慢: 最近 {t.stragglers.window} 步平均每步忙 {busy * 1e3:.0f} ms,"
+                        f"其他 rank 的中位数 {others * 1e3:.0f} ms;它没有卡住,其他 rank 在梯度同步时等它", t.step)
+
+
+def hung(t: Training, report: HangReport) -> None:
+    """The watchdog's report (``course_utils.heartbeat``): rank 0 writes status.json "hung" before the job ends."""
+    if t.world.is_main:
+        t.run.write_status(STATES[ExitCode.HUNG], t.step, exit_code=int(ExitCode.HUNG), message=report.message,
+                           stuck=report.stuck, hang_folder=report.folder, total_steps=t.total_steps,
+                           world_size=t.world.size)
 
 
 def running(t: Training) -> None:
