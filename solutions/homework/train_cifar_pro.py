@@ -484,6 +484,9 @@ def next_batch(t: Training, hooks: Hooks) -> tuple[int, torch.Tensor, torch.Tens
     position = t.rollback.position(t.step)
     epoch, start_batch = divmod(position, t.steps_per_epoch)
     if t.batches is None or position != t.position or start_batch == 0:
+        # the old iterator's workers and queue threads end first (CPython frees it here): a worker forked while
+        # they run can inherit a held lock and never start (seen once after a rollback: rank 1 waited forever)
+        t.batches = None
         t.loader = make_loader(t.train_ds, t.args.batch_size, seed=t.args.seed, epoch=epoch, start_batch=start_batch,
                                num_workers=t.args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
                                rank=t.world.rank, world_size=t.world.size)  # this rank's share of each global batch
