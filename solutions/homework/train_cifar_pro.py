@@ -15,7 +15,7 @@ What it adds to a plain loop, each visible below:
   torchrun --standalone --nproc-per-node 2 solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2 --resume
 
 Under torchrun every rank trains its share of each global batch; only rank 0 logs, evaluates
-and writes files. A stop (SIGTERM, Ctrl-C) on any rank stops all of them at the same step,
+and writes files (every rank writes its own heartbeat). A stop (SIGTERM, Ctrl-C) on any rank stops all of them at the same step,
 saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the
 same number of processes, and with another number keeps the global batch and the sample order.
 The run folder (--out) holds one run:
@@ -23,16 +23,18 @@ The run folder (--out) holds one run:
                  trajectory (batch size, seed, data, model...); --lr, --epochs and --max-steps
                  change only with --allow-change FIELD, recorded in config.json's "history".
                  --batch-size is the global batch (the whole job's, however many processes).
-  status.json    how the run ended: finished / preempted / stopped_bad_steps / failed (running while
-                 it runs), also under launchers that fold exit codes. Exit codes of a plain run:
+  status.json    how the run ended: finished / preempted / stopped_bad_steps / failed / hung (running
+                 while it runs), also under launchers that fold exit codes. Exit codes of a plain run:
                  0 finished, 1 failed, 2 refused (bad flag or folder conflict: nothing changed),
-                 3 stopped on bad steps, 75 preempted (saved; run again with --resume).
+                 3 stopped on bad steps, 75 preempted (saved; run again with --resume), 124 hung.
                  "history": the run's rollbacks (--on-spike rollback).
   checkpoints/   the last 2 step_*.pt (--keep-last) + best.pt + last_good.pt (the newest one saved
                  while training was healthy) + the one a process resumed from, until it ends. Files
                  a resume will not continue from go to corrupt/ or superseded/, never deleted.
   run.lock       a second run in the same folder is refused (fcntl.lockf).
   skipped_batches.json  every rollback and the samples of every global batch it skipped.
+  heartbeats/    each rank's step and phase while the run lives; hangs/: one folder per hang (--hang-timeout:
+                 no rank made progress for so long): report.json and every live rank's thread stacks.
 (course_utils.runfolder.RunFiles names every file.) Starting without --resume in a folder that holds a
 run is refused; --overwrite starts over and renames the old run to <out>.replaced-<time>.
 
