@@ -20,7 +20,7 @@ import time
 import torch
 
 from course_utils.distributed import World, gather
-from course_utils.heartbeat import Heartbeat
+from course_utils.heartbeat import PHASES, Heartbeat
 from course_utils.runfolder import RunFiles
 
 __all__ = ["Hooks", "Probes"]
@@ -74,12 +74,11 @@ class Probes(Hooks):
         self.world = world
         self.step, self.loader, self.shares = 0, None, None
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        stalls = [tuple(entry.split(":")) for entry in args.inject_stall]
-        self.stall = (int(stalls[attempt][1]), stalls[attempt][2]) \
-            if attempt < len(stalls) and int(stalls[attempt][0]) == world.rank else None
+        stalls = args.inject_stall  # (rank, step, index of the phase in PHASES), one per attempt
+        self.stall = (stalls[attempt][1], PHASES[stalls[attempt][2]]) \
+            if attempt < len(stalls) and stalls[attempt][0] == world.rank else None
         self.stuck_worker = args.inject_stuck_worker
-        rank, _, seconds = (args.inject_straggler or "-1:0").partition(":")
-        self.straggle = float(seconds) if int(rank) == world.rank else 0.0
+        self.straggle = dict(args.inject_straggler).get(world.rank, 0.0)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, world: World, files: RunFiles) -> Hooks:

@@ -26,4 +26,5 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``signals``     SIGTERM / Ctrl-C as a flag the loop checks; DataLoader worker masks
 - ``cli``         command-line validators that run before torch is imported
 - ``distributed`` what the ranks of a torchrun job must agree on
+- ``heartbeat``   each rank's step and phase, a watchdog that names a hang and ends it, stragglers
 """

@@ -49,7 +49,7 @@ from course_utils.distributed import World
 from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, holds_run
 from course_utils.signals import StopSignal
 
-__all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "run_folder",
+__all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "entries", "run_folder",
            "device_spec", "unchecked_options", "refuse", "Started", "start_run"]
 
 
@@ -149,6 +149,17 @@ def int_list(low: int) -> Callable[[str], tuple[int, ...]]:
             raise ValueError
         return values
     return _validator(check, f"应为逗号分隔的 ≥ {low} 的整数")
+
+
+def entries(*fields: Callable[[str], object], expected: str) -> Callable[[str], tuple[tuple, ...]]:
+    """Comma-separated entries of colon-separated fields, each converted by its function (a ValueError: refused);
+    ``entries(int, float, expected=...)("1:0.05")`` is ``((1, 0.05),)``."""
+    def check(text: str) -> tuple[tuple, ...]:
+        parts = [entry.split(":") for entry in text.split(",")]
+        if any(len(p) != len(fields) for p in parts):
+            raise ValueError
+        return tuple(tuple(f(x) for f, x in zip(fields, p)) for p in parts)
+    return _validator(check, expected)
 
 
 def _check_folder(text: str) -> Path:

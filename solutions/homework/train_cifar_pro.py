@@ -54,9 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from course_utils.cli import (Parser, Started, device_spec, float_in, int_at_least, int_in, int_list, refuse,
-                              run_folder, start_run)
+from course_utils.cli import (Parser, Started, device_spec, entries, float_in, int_at_least, int_in, int_list,
+                              refuse, run_folder, start_run)
 from course_utils.distributed import World, leave
+from course_utils.heartbeat import PHASES
 from course_utils.runfolder import STATES, ExitCode, Refused, RunFiles, RunFolder, config_changes, read_status
 from course_utils.signals import StopSignal
 
@@ -125,9 +126,11 @@ def build_parser() -> Parser:
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
     p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
     p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
-    p.add_argument("--inject-stall", type=lambda s: tuple(s.split(",")), default=(), help=argparse.SUPPRESS)  # hangs
+    p.add_argument("--inject-stall", type=entries(int, int, PHASES.index, expected="应为 RANK:STEP:PHASE,..."),
+                   default=(), help=argparse.SUPPRESS)  # hangs: course_tools.probes
     p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=argparse.SUPPRESS)
-    p.add_argument("--inject-straggler", default="", help=argparse.SUPPRESS)
+    p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(),
+                   help=argparse.SUPPRESS)
     return p
 
 
