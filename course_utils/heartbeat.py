@@ -80,6 +80,7 @@ class Heartbeat:
 
     def __init__(self, rank: int = 0) -> None:
         self.rank, self.step, self.phase, self.since = rank, 0, "start", time.time()
+        self._mark = self.since  # what ``spent`` has counted up to
         self.steps_done = 0  # steps this process finished (a "data" entry after the first)
         self.step_starts: deque[float] = deque(maxlen=101)
         self.spent: dict[str, float] = dict.fromkeys(PHASES, 0.0)
@@ -123,8 +124,8 @@ class Heartbeat:
     def _account(self) -> float:
         """Charge the time since the last change to the current phase; now."""
         now = time.time()
-        self.spent[self.phase] += now - self.since
-        self.since = now
+        self.spent[self.phase] += now - self._mark
+        self._mark = now
         return now
 
     def each(self, items: Iterable, phase: str) -> Iterator:
@@ -141,7 +142,7 @@ class Heartbeat:
     def take_times(self) -> dict[str, float]:
         """Seconds per step since the last call: ``busy`` (data, forward, backward, optimizer), ``data`` and
         ``wait`` (the gradient all-reduce: waiting for the slowest rank), and ``steps``; then start over."""
-        self._account()  # the phase in progress, up to now (still the same phase: ``since`` moves, no progress)
+        self._account()  # the phase in progress, up to now (no progress: ``since`` stays)
         n = max(self.counted, 1)
         times = {"steps": self.counted, "data": self.spent["data"] / n, "wait": self.spent["allreduce"] / n,
                  "busy": sum(self.spent[p] for p in ("data", "forward", "backward", "optimizer")) / n}

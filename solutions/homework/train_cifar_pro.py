@@ -272,8 +272,9 @@ class Training:
 
 def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles, saved: dict | None,
           changes: dict, world: World, hooks: Hooks) -> ExitCode:
-    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish; from the
-    first step on, a watchdog ends the job when no rank makes progress for --hang-timeout s (status "hung")."""
+    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish; during the
+    loop, a watchdog ends the job when no rank makes progress for --hang-timeout s (status "hung"). Not around
+    finish: rank 0 may close its loggers (a wandb upload) for longer while the others wait at the last barrier."""
     t = prepare(args, stop, run, files, world, hooks)
     resume(t, saved, changes)
     t.beat, t.stragglers = Heartbeat(world.rank), Stragglers() if world.is_main else None
@@ -282,7 +283,8 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, fil
     t.model.train()
     running(t)
     with Watchdog(t.beat, files, world.size, timeout=args.hang_timeout, on_hang=lambda report: hung(t, report)):
-        return finish(t, loop(t, hooks))
+        exit_code = loop(t, hooks)
+    return finish(t, exit_code)
 
 
 def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles,
