@@ -61,8 +61,9 @@ class Probes(Hooks):
     which a rollback skips). ``--sample-ledger``: rank 0 appends to ``RunFiles.ledger`` one line
     per step: the sample indices and labels each rank trained on.
 
-    Hangs (tests and 11 §10): ``--inject-stall RANK:STEP:PHASE,...``: that rank freezes itself (SIGSTOP) as it
-    enters PHASE of STEP; the i-th entry only in attempt i of a torchrun job (``TORCHELASTIC_RESTART_COUNT``; a
+    Hangs (tests and 11 §10): ``--inject-stall RANK:STEP:PHASE:NTH,...``: that rank freezes itself (SIGSTOP) as
+    it enters PHASE of STEP for the NTH time (forward and backward: once per micro-batch with --accum-steps);
+    the i-th entry only in attempt i of a torchrun job (``TORCHELASTIC_RESTART_COUNT``; a
     plain run is attempt 0), so a job restarted by ``--max-restarts`` meets the next one.
     ``--inject-stuck-worker N``: a DataLoader worker freezes itself as it loads its N-th sample (a stuck read).
     ``--inject-straggler RANK:SECONDS``: that rank sleeps so long in every data phase (slow, not stuck).
@@ -74,9 +75,10 @@ class Probes(Hooks):
         self.world = world
         self.step, self.loader, self.shares = 0, None, None
         attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        stalls = args.inject_stall  # (rank, step, index of the phase in PHASES), one per attempt
+        stalls = args.inject_stall  # (rank, step, index of the phase in PHASES, nth entry), one per attempt
         self.stall = (stalls[attempt][1], PHASES[stalls[attempt][2]]) \
             if attempt < len(stalls) and stalls[attempt][0] == world.rank else None
+        self.stall_countdown = stalls[attempt][3] if self.stall else 0
         self.stuck_worker = args.inject_stuck_worker
         self.straggle = dict(args.inject_straggler).get(world.rank, 0.0)
 
@@ -96,7 +98,10 @@ class Probes(Hooks):
             beat.on_enter = self.phase_entered
 
     def phase_entered(self, step: int, phase: str) -> None:
-        if (step, phase) == self.stall:
+        if (step, phase) != self.stall:
+            return
+        self.stall_countdown -= 1
+        if self.stall_countdown == 0:
             os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, its watchdog thread included
 
     def before_step(self, step: int, position: int, x: torch.Tensor,

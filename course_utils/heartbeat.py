@@ -85,6 +85,7 @@ class Heartbeat:
         self.step_starts: deque[float] = deque(maxlen=101)
         self.spent: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.counted = 0  # steps started since the last ``take_times``
+        self.exchanges = 0  # gradient buckets all-reduced since then (DDP's comm hook)
         self.on_enter: Callable[[int, str], None] | None = None
         self._map: mmap.mmap | None = None  # ``publish``
         self._seq, self._lock = 0, threading.Lock()
@@ -141,12 +142,14 @@ class Heartbeat:
 
     def take_times(self) -> dict[str, float]:
         """Seconds per step since the last call: ``busy`` (data, forward, backward, optimizer), ``data`` and
-        ``wait`` (the gradient all-reduce: waiting for the slowest rank), and ``steps``; then start over."""
+        ``wait`` (the gradient all-reduce: waiting for the slowest rank); ``exchanges``: gradient buckets
+        all-reduced per step (DDP; with gradient accumulation still one round per step); ``steps``. Then start over."""
         self._account()  # the phase in progress, up to now (no progress: ``since`` stays)
         n = max(self.counted, 1)
         times = {"steps": self.counted, "data": self.spent["data"] / n, "wait": self.spent["allreduce"] / n,
-                 "busy": sum(self.spent[p] for p in ("data", "forward", "backward", "optimizer")) / n}
-        self.spent, self.counted = dict.fromkeys(PHASES, 0.0), 0
+                 "busy": sum(self.spent[p] for p in ("data", "forward", "backward", "optimizer")) / n,
+                 "exchanges": self.exchanges / n}
+        self.spent, self.counted, self.exchanges = dict.fromkeys(PHASES, 0.0), 0, 0
         return times
 
     def attach(self, model: Any, optimizer: Any, ddp: Any = None) -> list[Any]:
@@ -167,6 +170,7 @@ class Heartbeat:
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
             def allreduce(state, bucket):
+                self.exchanges += 1
                 if self.phase != "allreduce":
                     self.enter("allreduce")
                 return allreduce_hook(state, bucket)

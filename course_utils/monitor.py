@@ -199,10 +199,10 @@ class Monitor:
 
     def log_ranks(self, step: int, times: list[dict[str, float]]) -> None:
         """A ``"split": "ranks"`` line in ``metrics.jsonl``: each rank's seconds per step since the last one
-        (``course_utils.heartbeat.Heartbeat.take_times``: busy, data, wait), rank r's at index r."""
+        (``course_utils.heartbeat.Heartbeat.take_times``: busy, data, wait, exchanges), rank r's at index r."""
         self.flush()
         self._jsonl.write({"split": "ranks", "step": step, **{k: [round(t[k], 6) for t in times]
-                                                              for k in ("busy", "data", "wait")}})
+                                                              for k in ("busy", "data", "wait", "exchanges")}})
 
     def alert(self, title: str, text: str, step: int | None = None) -> None:
         """A loud console line, remembered in ``alerts``, and a wandb alert when wandb is on."""

@@ -38,11 +38,11 @@ def jobs(tmp_path_factory) -> dict:
     name -> (out, exit code, output, job marker). The reference is the uninterrupted two-process run of
     ``torchrun_jobs.ARGS``, the same trajectory as tests/test_ddp_script.py's."""
     root, plan = tmp_path_factory.mktemp("hang"), restart_plan()
-    stalls = ",".join(f"1:{step}:{phase}" for step, phase in plan)
+    stalls = ",".join(f"1:{step}:{phase}:1" for step, phase in plan)
     specs = {"reference": ((), {}),
              "restarts": (("--resume", "--hang-timeout", str(TIMEOUT), "--inject-stall", stalls),
                           {"launcher": ["--standalone", "--nproc-per-node", "2", "--max-restarts", "3"]}),
-             "once": (("--hang-timeout", str(TIMEOUT), "--inject-stall", "1:5:data"), {}),
+             "once": (("--hang-timeout", str(TIMEOUT), "--inject-stall", "1:5:data:1"), {}),
              "worker": (("--hang-timeout", str(TIMEOUT), "--inject-stuck-worker", "150"), {"nproc": 0})}
     started = {name: (root / name, *launch(root / name, *args, **kw)) for name, (args, kw) in specs.items()}
     with ThreadPoolExecutor(len(started)) as pool:  # read every job's output at once: no pipe fills up

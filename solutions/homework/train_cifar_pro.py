@@ -67,7 +67,7 @@ from course_utils.signals import StopSignal
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
         "deterministic", "inject_nan_at_step", "inject_bad_batch", "async_ckpt", "sample_ledger", "peak_flops",
-        "hang_timeout", "inject_stall", "inject_stuck_worker", "inject_straggler"}
+        "hang_timeout", "inject_stall", "inject_stuck_worker", "inject_straggler", "accum_steps"}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 ROLLBACK_FLAGS = ("skip_batches", "rollback_lr_factor", "max_rollbacks")  # only with --on-spike rollback
 
@@ -79,6 +79,9 @@ def build_parser() -> Parser:
     p.add_argument("--epochs", type=int_at_least(1), default=2)
     p.add_argument("--max-steps", type=int_at_least(0), default=0, help="stop after this many optimizer steps (0: no limit)")
     p.add_argument("--batch-size", type=int_at_least(1), default=128, help="the global batch size")
+    p.add_argument("--accum-steps", type=int_at_least(1), default=1,
+                   help="micro-batches per optimizer step and process (gradient accumulation): the same step as "
+                        "one batch of --batch-size, in 1/K of the activation memory")
     p.add_argument("--lr", type=float_in(0, None, low_open=True), default=2e-3)
     p.add_argument("--weight-decay", type=float_in(0), default=5e-4)
     p.add_argument("--warmup-steps", type=int_at_least(0), default=50)
@@ -126,7 +129,7 @@ def build_parser() -> Parser:
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
     p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
     p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
-    p.add_argument("--inject-stall", type=entries(int, int, PHASES.index, expected="应为 RANK:STEP:PHASE,..."),
+    p.add_argument("--inject-stall", type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."),
                    default=(), help=argparse.SUPPRESS)  # hangs: course_tools.probes
     p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=argparse.SUPPRESS)
     p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(),
@@ -311,6 +314,9 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, f
     if args.batch_size < world.size:
         raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
                       "每个进程至少要分到 1 个样本")
+    if args.accum_steps > args.batch_size // world.size:
+        raise Refused(f"--accum-steps {args.accum_steps} 大于每个进程每步的样本数 {args.batch_size // world.size}"
+                      f"(--batch-size {args.batch_size} 是全局 batch,{world.size} 个进程):每个微批次至少要有 1 个样本")
     # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
     test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
                               num_workers=args.workers) if main else None
@@ -452,7 +458,7 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
         epoch, x, y = next_batch(t, hooks)
         result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
                             ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
-                            loss_weight=len(y) * world.size / args.batch_size)
+                            loss_weight=len(y) * world.size / args.batch_size, accum_steps=args.accum_steps)
         t.step += 1
         hooks.after_step(t.step, t.loader, y)
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
@@ -536,15 +542,21 @@ class StepResult:
 
 def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
                scheduler, scaler: torch.amp.GradScaler, ema: EMA | None, device: torch.device, amp_dtype,
-               clip: float, loss_weight: float = 1.0) -> StepResult:
-    """One optimizer step: forward and backward, unscale + clip, step or skip, then the schedule and the EMA.
+               clip: float, loss_weight: float = 1.0, accum_steps: int = 1) -> StepResult:
+    """One optimizer step: forward and backward (of ``accum_steps`` micro-batches), unscale + clip, step or skip,
+    then the schedule and the EMA.
 
     A skipped step (gradients not finite) advances neither the schedule nor the EMA.
     ``loss_weight``: under DDP, this rank's share of the global batch times the number of ranks
     (1 when the shares are equal): DDP's average of the ranks' gradients is then the global batch's.
+    ``accum_steps`` K: the batch is cut into K micro-batches (sizes differ by at most one), each loss weighted
+    by its part of the batch, their gradients summed; then one unscale, one clip of the accumulated norm, one
+    step (GradScaler: one ``update``): the step of the whole batch, in 1/K of its activation memory.
     """
-    loss = forward_backward(model, x, y, optimizer=optimizer, scaler=scaler, device=device, amp_dtype=amp_dtype,
-                            loss_weight=loss_weight)
+    optimizer.zero_grad(set_to_none=True)  # once per window: inside it would keep only the last micro-batch
+    loss = sum(forward_backward(model, xs, ys, scaler=scaler, device=device, amp_dtype=amp_dtype,
+                                loss_weight=loss_weight * (len(ys) / len(y)), sync=i == accum_steps - 1)
+               for i, (xs, ys) in enumerate(zip(x.tensor_split(accum_steps), y.tensor_split(accum_steps))))
     result = clip_gradients(model.parameters(), clip, scaler=scaler, optimizer=optimizer)
     lr = optimizer.param_groups[0]["lr"]
     skipped = optimizer_step(optimizer, scaler, result)
@@ -555,19 +567,20 @@ def train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, opti
     return StepResult(loss=loss.detach(), clip=result, lr=lr, skipped=skipped)
 
 
-def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, optimizer: torch.optim.Optimizer,
-                     scaler: torch.amp.GradScaler, device: torch.device, amp_dtype,
-                     loss_weight: float = 1.0) -> torch.Tensor:
-    """Forward under autocast, the loss in fp32 (times ``loss_weight``), backward of the scaled loss; the loss."""
+def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, scaler: torch.amp.GradScaler,
+                     device: torch.device, amp_dtype, loss_weight: float = 1.0, sync: bool = True) -> torch.Tensor:
+    """Forward under autocast, the loss in fp32 (times ``loss_weight``), backward of the scaled loss, which adds
+    to ``.grad``; the loss. ``sync`` False: under DDP, the gradients are not all-reduced in this backward
+    (``no_sync``: the first micro-batches of a window; the last one's backward all-reduces the sum)."""
     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-    with autocast(device, amp_dtype):
-        logits = model(x)
-    loss = F.cross_entropy(logits.float(), y)
-    if loss_weight != 1.0:
-        loss = loss * loss_weight
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(loss).backward()
-    return loss
+    with model.no_sync() if not sync and isinstance(model, DistributedDataParallel) else contextlib.nullcontext():
+        with autocast(device, amp_dtype):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        if loss_weight != 1.0:
+            loss = loss * loss_weight
+        scaler.scale(loss).backward()
+    return loss.detach()
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, clipped: ClipResult) -> bool:
