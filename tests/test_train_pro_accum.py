@@ -96,6 +96,20 @@ def test_fp16_unscales_steps_and_updates_once_per_window():
     assert not result.skipped and torch.isfinite(result.loss)
 
 
+def test_a_window_with_one_non_finite_micro_batch_is_skipped_whole():
+    model = tiny()
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    x, y = batch(16)
+    x[12] = float("nan")  # in the last of 4 micro-batches: the first three were fine
+    result = SCRIPT.train_step(model, x, y, optimizer=optimizer, scheduler=scheduler,
+                               scaler=make_grad_scaler(torch.device("cpu"), None), ema=None,
+                               device=torch.device("cpu"), amp_dtype=None, clip=1.0, accum_steps=4)
+    assert result.skipped and scheduler.last_epoch == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "no part of the window was applied"
+
+
 # ------------------------------------------------------------------ runs of the script
 K4 = [*REFERENCE, "--accum-steps", "4"]
 
