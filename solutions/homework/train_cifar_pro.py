@@ -15,8 +15,8 @@ What it adds to a plain loop, each visible below:
   torchrun --standalone --nproc-per-node 2 solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2 --resume
 
 Under torchrun every rank trains its share of each global batch; only rank 0 logs, evaluates
-and writes files (every rank writes its own heartbeat). A stop (SIGTERM, Ctrl-C) on any rank stops all of them at the same step,
-saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the
+and writes files (every rank writes its own heartbeat). A stop (SIGTERM, Ctrl-C) on any rank
+stops all of them at the same step, saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the
 same number of processes, and with another number keeps the global batch and the sample order.
 The run folder (--out) holds one run:
   config.json    the run's identity. --resume refuses a command line that would change the
@@ -129,8 +129,8 @@ def build_parser() -> Parser:
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
     p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
     p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
-    p.add_argument("--inject-stall", type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."),
-                   default=(), help=argparse.SUPPRESS)  # hangs: course_tools.probes
+    p.add_argument("--inject-stall", default=(), help=argparse.SUPPRESS,  # hangs: course_tools.probes
+                   type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."))
     p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=argparse.SUPPRESS)
     p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(),
                    help=argparse.SUPPRESS)
