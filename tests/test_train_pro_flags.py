@@ -51,7 +51,7 @@ BAD_VALUES = {
     "--on-spike": ["skip"], "--skip-batches": ["-1"], "--rollback-lr-factor": ["0", "1.5", "nan"],
     "--max-rollbacks": ["0"], "--inject-bad-batch": ["-1", "a"],
     "--hang-timeout": ["-1", "nan"], "--inject-stall": ["1:5:data", "1:5:nap:1", "a:5:data:1", "1:5:data:0"],
-    "--inject-stuck-worker": ["0"], "--inject-straggler": ["1", "1:x"],
+    "--inject-stuck-worker": ["0"], "--inject-straggler": ["1", "1:x"], "--accum-steps": ["0", "1.5"],
 }
 # Combinations that are wrong although each value is fine.
 BAD_COMBINATIONS = [
