@@ -26,6 +26,8 @@ Pitfalls handled:
   every process on the machine reads at once (across machines on a shared folder: at the next stamp).
 - Start-up and the first step are slow (workers start, the first checkpoint): the limit is at least
   ``FIRST_STEP_GRACE_S`` until this process has finished a step.
+- The times are wall-clock (``time.time``), compared across processes and machines: a clock stepped
+  by more than the limit would look like a hang (NTP normally slews the clock, it does not step it).
 - ``--hang-timeout`` must cover the slowest thing one rank does between two heartbeats: a checkpoint save
   (one beat) or an evaluation batch (one beat per batch).
 
