@@ -19,9 +19,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from course_tools.checks.homework_runs import LOCAL
 from course_tools.checks.nb10_homework import HEALTHY, TRAIN, TWIN, UPGRADES
-from tests.forkserver import ForkServer, shared_server
+from tests.forkserver import shared_server
 from tests.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
@@ -49,7 +48,8 @@ LEARNER_IMPORTS = ("torch.nn.functional", "torch.utils.tensorboard", "matplotlib
 
 class ForkingLauncher:
     """A ``homework_runs.Launcher`` that forks each run from a server (``tests/forkserver.py``) that did the
-    imports once, one server per environment a check passes; a run it cannot fork starts as ``LOCAL`` does.
+    imports once, one server per environment a check passes; a server that cannot fork fails the test (a run
+    never starts as a real interpreter behind the test's back: the launch tests ask for ``LOCAL``).
 
     What a forked run does not share with a fresh interpreter is listed in ``tests/forkserver.py`` (the
     start-up, the ``str`` hash seed): the tests that exercise those (the launch tests here, the class
@@ -58,18 +58,14 @@ class ForkingLauncher:
 
     def __init__(self, modules: tuple[str, ...], path: tuple[Path, ...] = (), torch: bool = False) -> None:
         self.modules, self.path, self.torch = modules, path, torch
-        self._servers: set[ForkServer] = set()  # the ones its runs asked for
 
     def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
                  writable: Path) -> subprocess.Popen:
         server = shared_server(None, modules=self.modules, path=self.path, torch=self.torch, env=env)
-        self._servers.add(server)
         run = server.start(argv[2:], cwd=str(cwd), new_session=True, script=argv[1], env=env, stdout=stdout.fileno())
-        return run if run is not None else LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
-
-    def forks(self) -> bool:
-        """Whether every server so far forks (``False``: their runs started as real interpreters)."""
-        return bool(self._servers) and all(server.error is None for server in self._servers)
+        if run is None:
+            raise RuntimeError(f"the fork server cannot fork ({server.error}): fix it, or use the checks' LOCAL")
+        return run
 
 
 FORKED = ForkingLauncher(("fake_train", "fake_overfit"), (FAKES,))  # the torch-free fakes

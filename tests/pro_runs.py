@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -48,20 +48,30 @@ def command(out: Path, *args: str, kill_after: int | None = None) -> list[str]:
     return [sys.executable, *launch, "--out", str(out), *args]
 
 
-def start(out: Path, *args: str, env: dict | None = None, fork: bool = True, kill_after: int | None = None,
+Interpreter = Literal["forked", "fresh"]
+
+
+def start(out: Path, *args: str, interpreter: Interpreter, env: dict | None = None, kill_after: int | None = None,
           **popen: Any) -> subprocess.Popen:
     """Start the script (``kill_after``: see :func:`command`); stdout and stderr together in ``proc.stdout`` (text).
 
-    A forked run (``tests/forkserver.py``: torch already imported) unless ``fork=False``, ``env`` or
-    another ``popen`` option than ``start_new_session`` asks for a real interpreter.
+    ``interpreter``, said at every call (tests/README.md): "forked" from the fork server (``tests/forkserver.py``:
+    torch already imported, so the script's own start-up is not exercised), or "fresh", a real interpreter
+    (start-up, imports, an ``env`` or ``popen`` options of its own). A forked run takes neither ``env`` nor a
+    ``popen`` option other than ``start_new_session``, and a server that cannot fork fails the test: never a
+    silent fresh start.
     """
     argv = command(out, *args, kill_after=kill_after)
-    if fork and env is None and set(popen) <= {"start_new_session"}:
-        forked = shared_server(SCRIPT).start(argv[2:], script=argv[1],
-                                             new_session=popen.get("start_new_session", False))
-        if forked is not None:
-            return forked
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
+    if interpreter == "fresh":
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen)
+    if interpreter != "forked" or env is not None or not set(popen) <= {"start_new_session"}:
+        raise ValueError(f"interpreter={interpreter!r}, env, popen {sorted(popen)}: a forked run inherits this "
+                         "process's environment; ask for interpreter='fresh'")
+    server = shared_server(SCRIPT)
+    forked = server.start(argv[2:], script=argv[1], new_session=popen.get("start_new_session", False))
+    if forked is None:
+        raise RuntimeError(f"the fork server cannot fork ({server.error}): fix it, or ask for interpreter='fresh'")
+    return forked
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -74,13 +84,15 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
     return proc.returncode, output
 
 
-def run(out: Path, *args: str, timeout: float = 300, env: dict | None = None) -> tuple[int, str]:
-    return finish(start(out, *args, env=env), timeout)
+def run(out: Path, *args: str, interpreter: Interpreter, timeout: float = 300,
+        env: dict | None = None) -> tuple[int, str]:
+    return finish(start(out, *args, interpreter=interpreter, env=env), timeout)
 
 
-def run_all(jobs: list[tuple[Path, list[str]]], timeout: float = 300) -> list[tuple[int, str]]:
+def run_all(jobs: list[tuple[Path, list[str]]], *, interpreter: Interpreter,
+            timeout: float = 300) -> list[tuple[int, str]]:
     """Start every ``(out, args)`` job at once, then wait for all: (returncode, output) each."""
-    procs = [start(out, *args) for out, args in jobs]
+    procs = [start(out, *args, interpreter=interpreter) for out, args in jobs]
     return [finish(p, timeout) for p in procs]
 
 
@@ -140,7 +152,7 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[s
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            code, output = finish(start(out, *args, fork=False))  # a real interpreter: start-up included
+            code, output = finish(start(out, *args, interpreter="fresh"))  # start-up included
             assert code == 0, output
     assert status(out)["state"] == "finished", f"the shared run {name} failed: see the test that made it"
     return out

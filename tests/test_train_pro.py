@@ -38,17 +38,17 @@ def test_sigkill_anywhere_then_resume_is_bit_identical(reference_3_epochs, tmp_p
     # SIGKILL right after step 7 (mid-epoch 0; the checkpoint of step 4 is the newest), then after 18 more steps of
     # the resumed process: step 22, mid-epoch 1; with 2 DataLoader workers
     for kill_after, resume in ((7, []), (18, ["--resume"])):
-        proc = start(out, *ARGS, *resume, kill_after=kill_after)
+        proc = start(out, *ARGS, *resume, kill_after=kill_after, interpreter="forked")
         _, output = finish(proc)
         assert proc.returncode == -signal.SIGKILL, output[-3000:]
     assert train_losses(out)[-1][0] < 22 and newest_checkpoint(out) == 20  # killed inside step 22, before its log
-    code, output = run(out, *ARGS, "--resume")
+    code, output = run(out, *ARGS, "--resume", interpreter="forked")
     assert code == 0 and "续训" in output, output
     assert train_losses(out) == train_losses(reference_3_epochs)  # exact float equality, every step exactly once
 
 
 def test_sigterm_saves_and_exits_as_preempted(tmp_path):
-    proc = start(tmp_path, *ARGS)
+    proc = start(tmp_path, *ARGS, interpreter="forked")
     wait_for_step(proc, tmp_path, 9)
     proc.send_signal(signal.SIGTERM)
     code, output = finish(proc, 60)
@@ -60,7 +60,7 @@ def test_sigterm_saves_and_exits_as_preempted(tmp_path):
 
 
 def test_nan_step_is_skipped_and_checkpoints_stay_valid(tmp_path):
-    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "6", "--max-steps", "12")
+    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "6", "--max-steps", "12", interpreter="forked")
     assert code == 0 and "non-finite step" in output, output
     recs = train_records(tmp_path)
     assert recs[5]["step"] == 6 and recs[5]["skipped"] and not any(r["skipped"] for r in recs if r["step"] != 6)
@@ -74,12 +74,13 @@ def test_nan_step_is_skipped_and_checkpoints_stay_valid(tmp_path):
 
 
 def test_repeated_nan_stops_with_clear_message(tmp_path):
-    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "3", "--max-bad-steps", "1", "--max-steps", "12")
+    code, output = run(tmp_path, *ARGS, "--inject-nan-at-step", "3", "--max-bad-steps", "1", "--max-steps", "12",
+                       interpreter="forked")
     assert code == 3 and "停止训练" in output and "还没有健康的检查点" in output, output
     assert status(tmp_path)["state"] == "stopped_bad_steps"
 
 
 def test_resume_with_changed_model_is_refused(reference_3_epochs, tmp_path):
     shutil.copytree(reference_3_epochs, tmp_path / "run")
-    code, output = run(tmp_path / "run", *ARGS, "--resume", "--width", "16")
+    code, output = run(tmp_path / "run", *ARGS, "--resume", "--width", "16", interpreter="forked")
     assert code == 2 and "width 8 → 16" in output, output

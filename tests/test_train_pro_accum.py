@@ -127,8 +127,8 @@ def runs(tmp_path_factory) -> dict:
     ``nth`` starts its backward at a random step), then was SIGKILLed: name -> (folder, step, nth)."""
     root, rng = tmp_path_factory.mktemp("accum"), random.Random(35)
     step, nth = rng.randint(2, 28), rng.randint(1, 4)
-    killed = start(root / "killed", *K4, "--inject-stall", f"0:{step}:backward:{nth}")
-    reference = start(root / "k4", *K4)
+    killed = start(root / "killed", *K4, "--inject-stall", f"0:{step}:backward:{nth}", interpreter="forked")
+    reference = start(root / "k4", *K4, interpreter="forked")
     deadline = time.monotonic() + 120
     while not stopped(killed):
         assert killed.poll() is None and time.monotonic() < deadline, killed.stdout.read()[-2000:]
@@ -159,7 +159,8 @@ def test_a_kill_inside_a_window_resumes_exactly_and_k_may_change_on_resume(runs,
     assert status(out)["state"] == "running", "killed: it could not say how it ended"
     changed = tmp_path / "k2"
     shutil.copytree(out, changed)
-    (code, output), (code2, output2) = run_all([(out, [*K4, "--resume"]), (changed, [*K4[:-1], "2", "--resume"])])
+    (code, output), (code2, output2) = run_all([(out, [*K4, "--resume"]), (changed, [*K4[:-1], "2", "--resume"])],
+                                               interpreter="forked")
     assert code == 0 and code2 == 0, (output[-2000:], output2[-2000:])
     assert train_losses(out) == train_losses(runs["k4"]), (step, nth)
     k2, k4 = dict(train_losses(changed)), dict(train_losses(runs["k4"]))
@@ -168,7 +169,7 @@ def test_a_kill_inside_a_window_resumes_exactly_and_k_may_change_on_resume(runs,
 
 @pytest.mark.slow
 def test_more_micro_batches_than_samples_per_process_is_refused(tmp_path):
-    code, output = finish(start(tmp_path / "refused", *REFERENCE, "--accum-steps", "33"))
+    code, output = finish(start(tmp_path / "refused", *REFERENCE, "--accum-steps", "33", interpreter="forked"))
     assert code == 2 and "--accum-steps 33 大于每个进程每步的样本数 32" in output, output
     assert not (tmp_path / "refused" / "checkpoints").exists()
 

@@ -129,7 +129,7 @@ def test_kill_and_sigterm_during_background_writes_resume_exactly(reference, tmp
     assert not [p for p in (out / "checkpoints").iterdir() if TEMP.match(p.name)]
 
     # 3. resumed without --async-ckpt (a free field: the run's identity does not include it), to the end
-    code, output = finish(start(out, *ARGS, "--resume"), 300)
+    code, output = finish(start(out, *ARGS, "--resume", interpreter="forked"), 300)
     assert code == 0, output
     assert train_losses(out) == train_losses(reference), \
         "async saves, a kill and a stop change nothing: every step once, bit-identical losses"

@@ -45,7 +45,7 @@ def test_a_checkpoint_of_the_old_layout_resumes_exactly(tmp_path):
     out = tmp_path / "run"
     shutil.copytree(FIXTURE, out)
     kept = [r for r in train_losses(out) if r[0] <= 16]
-    code, output = run(out, *ROLLBACK, "--resume")
+    code, output = run(out, *ROLLBACK, "--resume", interpreter="forked")
     assert code == 0, output[-3000:]
     assert "从 step_00000016.pt 续训: step 16" in output, output[-3000:]
     losses = train_losses(out)

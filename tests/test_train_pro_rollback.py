@@ -70,7 +70,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, int, str]]:
     root = tmp_path_factory.mktemp("rollback")
     jobs = {"rolled": [*ROLLBACK, "--sample-ledger"], "stopped": [*BASE, *SPIKES, "--on-spike", "stop"],
             "blow-up": [*BLOW_UP, "--max-steps", "8"]}
-    results = run_all([(root / name, args) for name, args in jobs.items()])
+    results = run_all([(root / name, args) for name, args in jobs.items()], interpreter="forked")
     return {name: (root / name, code, output) for name, (code, output) in zip(jobs, results)}
 
 
@@ -161,7 +161,7 @@ def test_sigkill_during_and_after_rollbacks_then_resume_equals_the_uninterrupted
             kill_when(proc, {"as rollback 1 begins": alarm_line(1), "as rollback 2 begins": alarm_line(2),
                              "just after rollback 2": after_rollback}[moment])
     unwrite_the_records(out)  # as if the last kill had come between the rollback's checkpoint and its records
-    code, output = run(out, *ROLLBACK, "--resume")
+    code, output = run(out, *ROLLBACK, "--resume", interpreter="forked")
     assert code == 0 and "续训" in output, output[-3000:]
     assert record_of(out) == record_of(rolled), f"killed at step {target} once"
 
@@ -183,7 +183,7 @@ def test_the_rollback_flags_are_the_runs_identity(rolled, tmp_path):
                         ([*ROLLBACK, "--skip-batches", "3"], "skip_batches"),
                         ([*ROLLBACK, "--rollback-lr-factor", "0.1"], "rollback_lr_factor"),
                         ([*ROLLBACK, "--max-rollbacks", "1"], "max_rollbacks")):
-        code, output = run(copy, *args, "--resume")
+        code, output = run(copy, *args, "--resume", interpreter="forked")
         assert code == 2 and f"{field} " in output and "--resume 被拒绝" in output, output
 
 
@@ -191,7 +191,7 @@ def test_a_recurring_lr_blow_up_stops_after_max_rollbacks_as_stop_does(runs):
     out, code, output = runs["blow-up"]
     assert code == 0, output[-3000:]
     code, output = run(out, *BLOW_UP, "--max-steps", "45", "--resume", "--lr", "1e4", "--allow-change", "lr",
-                       "--allow-change", "max_steps")
+                       "--allow-change", "max_steps", interpreter="forked")
     state = status(out)
     assert code == 3 and state["state"] == "stopped_bad_steps" and state["exit_code"] == 3, output[-3000:]
     assert [h["to_step"] for h in state["history"]] == [8, 8] and state["last_good_step"] == 8

@@ -74,7 +74,7 @@ def test_kill_storm_loses_no_covered_record(reference, tmp_path):
         procs, pending = {}, {}
         for name, out in chains.items():
             resumed_from = newest_checkpoint(out)
-            procs[name] = start(out, *ARGS, *(["--resume"] if k else []))
+            procs[name] = start(out, *ARGS, *(["--resume"] if k else []), interpreter="forked")
             strategy = PLAN[name][k]
             pending[name] = (strategy, trigger(strategy, out, procs[name], resumed_from, rngs[name]))
         deadline = time.monotonic() + 240
@@ -95,7 +95,7 @@ def test_kill_storm_loses_no_covered_record(reference, tmp_path):
             missing = [s for s in range(1, covered + 1) if s not in steps]
             assert not missing, f"{name}: checkpoint {covered} covers lost records {missing}; kills {history[name]}"
             assert all(loss == expected[step] for step, loss in records if step <= covered), name
-    results = run_all([(out, [*ARGS, "--resume"]) for out in chains.values()])
+    results = run_all([(out, [*ARGS, "--resume"]) for out in chains.values()], interpreter="forked")
     for (code, output), (name, out) in zip(results, chains.items()):
         assert code == 0, output
         assert train_losses(out) == train_losses(reference), f"{name}: kills {history[name]}"
