@@ -165,8 +165,8 @@ def setup(world: World, device: "torch.device", timeout_s: float | None = None) 
         torch.cuda.set_device(device)
     import datetime
     timeout = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
-    # torchrun's store outlives a restart (--max-restarts): without a prefix per attempt, measured here, the
-    # third attempt's gloo connect read an address of an earlier attempt's rank (connection refused, or a hang)
+    # a key prefix per torchrun attempt (--max-restarts): without it, measured here with torch 2.14.1, the third
+    # attempt's gloo connect went to an address no process listened on (connection refused), or hung
     store, rank, size = next(dist.rendezvous("env://", **timeout))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend_for(device), store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
