@@ -56,7 +56,7 @@ from course_tools.grade.commits import HOMEWORK, Commit, History, HistoryError, 
 from course_tools.grade.discipline import NO_HISTORY, Discipline, judge_discipline
 from course_tools.grade.homework_files import copy_scripts, digest, pin, texts
 from course_tools.grade.kernel import clean_text
-from course_tools.grade.quiet import quiet_checks
+from course_tools.grade.silenced_prints import quiet_checks
 from course_tools.grade.report import CheckOutcome, Grade
 from course_tools.grade.similarity import PRO_REFERENCE, REFERENCE
 from course_tools.sandbox import GiB, MiB, Limits, ScriptBox
