@@ -16,7 +16,7 @@ from tests.notebook_cells import ROOT
 from tests.quiz_leaks import graded_hits
 
 # The check modules with tiers so far; the others are still to do (issue 24).
-WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb03_ema", "nb04_checkpoint_resume", "nb05_reproducibility",
+WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb02_accumulation", "nb03_ema", "nb04_checkpoint_resume", "nb05_reproducibility",
               "nb06_monitoring", "nb07_single_batch_overfit", "nb08_time_estimate", "nb08b_flops_memory", "nb09_quiz", "nb11_multi_process", "nb12_loss_spikes")
 _MARKUP = re.compile(r"[`*]")
 
