@@ -90,6 +90,8 @@ WRONG_ANSWERS = [
     ("q10", 82),       # a percentage instead of a fraction
     ("q11", 4.2),      # samples/s taken as steps/s
     ("q11", 60_000),   # seconds instead of hours
+    ("q13", "A"),      # divides by K: right only when the micro-batches are the same size
+    ("q13", "D"),      # "backward twice averages by itself": it sums the two means
 ]
 
 
@@ -253,7 +255,7 @@ def test_questions_come_before_the_graded_answers_and_experiments_after(solved):
     for cell in solved.cells[:answers_check]:
         assert "QUIZ.reveal(" not in cell.source or cell.cell_type == "markdown"
     # every graded question has its experiment, after the graded answers
-    for k in range(1, 12):
+    for k in (int(qid[1:]) for qid in checks.GRADED_IDS):
         where = [i for i, c in enumerate(solved.cells)
                  if c.cell_type == "markdown" and re.search(rf"### 实验 \d+\(第 ([\d、]*\b{k}\b[\d、]*) 题\)", c.source)]
         assert where and min(where) > answers_check, f"q{k}: no experiment after the graded answers"
@@ -285,7 +287,7 @@ def test_the_intro_announces_every_scored_part(solved):
 def test_experiments_are_one_short_cell_each(solved):
     """Each experiment: a markdown heading and at most one code cell of at most 30 lines."""
     heads = [i for i, c in enumerate(solved.cells) if c.cell_type == "markdown" and c.source.startswith("### 实验")]
-    assert len(heads) == 11
+    assert len(heads) == len(checks.GRADED_IDS)
     for i in heads:
         following = []
         for c in solved.cells[i + 1:]:

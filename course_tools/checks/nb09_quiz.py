@@ -141,6 +141,15 @@ QUESTIONS = [
                        ("epoch", "step", "步"), ("rng", "随机", "seed", "种子")),
              explanation="模型权重、优化器状态、学习率调度器状态、epoch/step(以及 epoch 内的位置)、随机数状态;"
              "用了 AMP/EMA 还要存 GradScaler 和 EMA 权重,再加一份配置。"),
+    Question("q13", "梯度累积:一个窗口有两个微批次,分别是 7 个和 3 个样本,各自的 loss 是本微批次的平均交叉熵。"
+             "怎样才能让累积出的梯度等于 10 个样本一个大 batch 的梯度?", choices={
+        "A": "每个微批次的 loss 除以微批次个数 K = 2,再 backward",
+        "B": "每个微批次的 loss 乘以它的样本数占比(7/10 和 3/10),再 backward",
+        "C": "每个微批次 backward 之前都 zero_grad 一次",
+        "D": "什么都不用做,直接 backward 两次,梯度会自动取平均",
+    }, answer="B", explanation="大 batch 的平均 loss 等于各微批次平均 loss 按 n_i / N 加权的和。除以 K 只在各微批次一样大时才对:"
+       "7+3 时后 3 个样本每个的权重是前 7 个的 7/3 倍;窗口里 zero_grad 只留下最后一个微批次的梯度;"
+       "直接 backward 两次得到的是两个平均的和,不是平均(02 §5)。", experiment="实验 12: 7+3 个样本的三种加权"),
 ]
 
 QUIZ = Quiz(QUESTIONS, title="0.4 训练工程常识 · 自测题", name="QUIZ")
@@ -155,7 +164,7 @@ def check_self_test_answers(answers_fn) -> None:
     the answered questions go into the progress ledger under the quiz's title, like the answer bars' 检查.
     """
     answers = call_learner(answers_fn)
-    expect(isinstance(answers, dict), "返回一个 dict,键是题号 \"q1\"…\"q11\",值是你的答案", type(answers).__name__,
+    expect(isinstance(answers, dict), "返回一个 dict,键是题号 \"q1\"…\"q11\" 和 \"q13\",值是你的答案", type(answers).__name__,
            "把答案写成 return {\"q1\": ..., \"q2\": ..., ...} 这样的 dict 字面量")
     missing = [qid for qid in GRADED_IDS if qid not in answers or answers[qid] is None or answers[qid] is ...
                or (isinstance(answers[qid], str) and not answers[qid].strip())]
@@ -214,7 +223,7 @@ def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_self_test_answers": (
-        "这里计分的是你自己对 q1 到 q11 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"
+        "这里计分的是你自己对 q1 到 q11 和 q13 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"
         "拿不准的题,先想它考的是哪条机制(哪个张量是什么精度、哪一步做了什么),再用实验验证",
         "09 的「第二部分:用实验验证」里每个实验都标了它对应的题号,跑一遍再对照你的选择;"
         "每题考的内容在哪一章学过,见「第一部分:题目」的各个小标题",
