@@ -99,11 +99,20 @@ def _read(path: Path, repair: bool) -> dict[str, Any]:
         else:
             _note(path, "无法读取,这次先忽略它")
         return _empty()
-    checks = {k: v for k, v in data["checks"].items() if _CHECK_KEY.match(str(k)) and _valid_check(v)}
+    checks = {_current(k): v for k, v in data["checks"].items() if _CHECK_KEY.match(str(k)) and _valid_check(v)}
     quizzes = {k: v for k, v in data["quizzes"].items() if _valid_quiz(v)}
     if len(checks) < len(data["checks"]) or len(quizzes) < len(data["quizzes"]):
         _note(path, "里有看不懂的条目(手改过?),已忽略它们")
     return {"version": VERSION, "checks": checks, "quizzes": quizzes}
+
+
+RENAMED = {"nb09_quiz": "nb09_self_test"}  # check modules renamed after ledgers were written with the old name
+
+
+def _current(key: str) -> str:
+    """``key`` under its check module's current name (a ledger from before a rename keeps its entries)."""
+    module, _, name = key.partition(".")
+    return f"{RENAMED.get(module, module)}.{name}"
 
 
 def load(path: Path | None = None) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from course_tools.checks import nb09_quiz as checks
+from course_tools.checks import nb09_self_test as checks
 from course_tools.quiz import check
 
 

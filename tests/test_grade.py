@@ -109,7 +109,7 @@ def test_plan_knows_checks_owners_and_outside_checks():
     assert [plan.label(i) for i in plan.checks] == ["check-answers", "check-cube"]
     assert [plan.owner[i] for i in plan.checks] == plan.exercises
     assert list(plan.outside) == plan.checks[:1]
-    assert plan.outside[plan.checks[0]] == OutsideCheck("course_tools.checks.nb09_quiz", "check_self_test_answers",
+    assert plan.outside[plan.checks[0]] == OutsideCheck("course_tools.checks.nb09_self_test", "check_self_test_answers",
                                                          "self_test_answers")
     assert plan.flags == {}
 
@@ -265,13 +265,13 @@ def test_literal_answers_are_read_without_running_anything():
 
 
 def test_self_test_is_scored_outside_against_the_key():
-    check = outside_check("from course_tools.checks.nb09_quiz import check_self_test_answers\n"
+    check = outside_check("from course_tools.checks.nb09_self_test import check_self_test_answers\n"
                           "check_self_test_answers(self_test_answers)")
     good = _cell(_ref(NAME2), "ex-answers").source.replace("### BEGIN SOLUTION", "#").replace("### END SOLUTION", "#")
     assert score_outside(check, [good]) == (True, "")
     passed, message = score_outside(check, [good.replace('"q3": "B"', '"q3": "A"')])
     assert not passed and "q3" in message
-    computed = "def self_test_answers():\n    from course_tools.checks.nb09_quiz import QUIZ\n" \
+    computed = "def self_test_answers():\n    from course_tools.checks.nb09_self_test import QUIZ\n" \
                "    return {q.id: q.answer for q in QUIZ.questions}"
     passed, message = score_outside(check, [computed])
     assert not passed and "字面量" in message

@@ -193,10 +193,10 @@ def _hostile(root: Path, report: Path, victim: Path, port: int) -> dict[str, tup
     good_answers = _answers(next(x.source for x in ref2.cells if x.get("id") == "ex-answers"))
     _write(c / "keyreader" / NAME2, _with2(
         "def self_test_answers():\n    import re, course_utils, pathlib\n"
-        "    key = pathlib.Path(course_utils.__file__).resolve().parents[1] / 'course_tools/checks/nb09_quiz.py'\n"
+        "    key = pathlib.Path(course_utils.__file__).resolve().parents[1] / 'course_tools/checks/nb09_self_test.py'\n"
         "    return dict(re.findall(r'Question\\(\"(q\\d+)\".*?answer=\"(\\w+)\"', key.read_text(), re.S))"))
     _write(c / "computed" / NAME2, _with2(
-        "def self_test_answers():\n    from course_tools.checks.nb09_quiz import QUIZ\n"
+        "def self_test_answers():\n    from course_tools.checks.nb09_self_test import QUIZ\n"
         "    return {q.id: q.answer for q in QUIZ.questions}"))
     _write(c / "wrong_answer" / NAME2, _with2(good_answers.replace('"q3": "B"', '"q3": "A"')))
     _write(c / "arithmetic" / NAME2, _with2(good_answers.replace("0.82", "0.999 ** 200").replace("16.7", "30000 / 0.5 / 3600")))

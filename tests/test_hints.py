@@ -17,7 +17,7 @@ from tests.quiz_leaks import graded_hits
 
 # The check modules with tiers so far; the others are still to do (issue 24).
 WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb02_accumulation", "nb03_ema", "nb04_checkpoint_resume", "nb05_reproducibility",
-              "nb06_monitoring", "nb07_single_batch_overfit", "nb08_time_estimate", "nb08b_flops_memory", "nb09_quiz", "nb11_multi_process", "nb12_loss_spikes")
+              "nb06_monitoring", "nb07_single_batch_overfit", "nb08_time_estimate", "nb08b_flops_memory", "nb09_self_test", "nb11_multi_process", "nb12_loss_spikes")
 _MARKUP = re.compile(r"[`*]")
 
 
@@ -96,7 +96,7 @@ def test_the_needs_scaler_tiers_do_not_name_its_graded_answer():
 def test_the_self_test_tiers_give_no_graded_answer_away():
     # the same detector as 09's stub hints and check messages: quoted values, letter groups, numbers, "q1: B"
 
-    for check, tiers in _module("nb09_quiz").HINTS.items():
+    for check, tiers in _module("nb09_self_test").HINTS.items():
         for tier in tiers:
             assert not graded_hits(tier), (check, tier, graded_hits(tier))
 

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from course_tools.checks import CheckFailed
-from course_tools.checks import nb09_quiz as checks
+from course_tools.checks import nb09_self_test as checks
 from course_tools.quiz import check
 from tests.notebook_cells import ROOT, answer_lines_in, exercise_pairs, run_source, stub_hints
 from tests.quiz_leaks import graded_hits, literals

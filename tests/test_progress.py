@@ -78,6 +78,16 @@ def test_hand_edited_entries_are_dropped_the_rest_kept(ledger, capsys):
     assert data["checks"][KEY] == good
 
 
+def test_a_ledger_written_before_a_check_module_was_renamed_keeps_its_entries(ledger):
+    """09's checks lived in ``nb09_quiz`` (now ``nb09_self_test``): a learner's earlier passes still count."""
+    ledger.parent.mkdir()
+    good = {"passed": True, "passes": 1, "failures": 0, "hints": 0, "time": "2026-01-01T00:00:00"}
+    ledger.write_text(json.dumps({"checks": {"nb09_quiz.check_ema_start_weight": good}, "quizzes": {}}))
+    assert ledger_module.load()["checks"] == {"nb09_self_test.check_ema_start_weight": good}
+    ledger_module.record_check("nb09_self_test.check_ema_start_weight", True)
+    assert json.loads(ledger.read_text())["checks"]["nb09_self_test.check_ema_start_weight"]["passes"] == 2
+
+
 def test_an_unwritable_place_never_fails_a_check(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -124,7 +134,7 @@ def test_the_quiz_records_each_verdict(ledger):
 
 def test_the_plain_text_self_test_records_its_score(ledger):
     # 09's graded answers never pass through the quiz widget: check_self_test_answers records the verdicts itself
-    from course_tools.checks.nb09_quiz import GRADED_IDS, QUIZ, check_self_test_answers
+    from course_tools.checks.nb09_self_test import GRADED_IDS, QUIZ, check_self_test_answers
 
     right = {qid: QUIZ.by_id[qid].answer for qid in GRADED_IDS}
     with pytest.raises(CheckFailed, match="未作答 q2"):

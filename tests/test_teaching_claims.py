@@ -54,7 +54,7 @@ FIXED_CLAIMS = [
 
 def _quiz_texts() -> dict[str, str]:
     """The quiz as a learner sees it: prompts, choices and explanations with their f-strings filled in."""
-    from course_tools.checks.nb09_quiz import QUIZ
+    from course_tools.checks.nb09_self_test import QUIZ
 
     return {f"quiz {q.id}": "\n".join([q.prompt, *q.choices.values(), q.explanation, q.experiment or ""])
             for q in QUIZ.questions}
@@ -80,7 +80,7 @@ def test_a_fixed_claim_does_not_come_back(pattern, why, texts):
 
 def test_q7_offers_no_choice_that_is_also_right():
     # "学习率太大" as a wrong choice of q7 was itself a way to get a zero grad norm (dead ReLUs after one step)
-    from course_tools.checks.nb09_quiz import QUIZ
+    from course_tools.checks.nb09_self_test import QUIZ
 
     q7 = QUIZ.by_id["q7"]
     assert "一开始" in q7.prompt and not any("学习率太大" in text for text in q7.choices.values())

@@ -91,7 +91,7 @@ def test_notebooks_render_the_order_from_course_utils(name):
 
 
 def test_09_asks_the_order_and_answers_it_from_course_utils():
-    from course_tools.checks.nb09_quiz import ORDER_CHOICES, QUIZ
+    from course_tools.checks.nb09_self_test import ORDER_CHOICES, QUIZ
     from course_tools.quiz import check
 
     q6 = QUIZ.by_id["q6"]
@@ -130,7 +130,7 @@ def _learner_texts() -> dict[str, str]:
 def test_no_second_troubleshooting_order_anywhere():
     """Any arrow chain naming three or more debugging topics is (part of) the one order,
     or one of question 6's deliberately wrong orders."""
-    from course_tools.checks.nb09_quiz import ORDER_CHOICES
+    from course_tools.checks.nb09_self_test import ORDER_CHOICES
 
     allowed = set(ORDER_CHOICES.values())
     canonical = troubleshooting_chain()

@@ -31,7 +31,7 @@ from course_tools.grade.kernel import clean_text
 __all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside"]
 
 # (module, function) of check functions whose single argument is a function returning a literal
-OUTSIDE = {("course_tools.checks.nb09_quiz", "check_self_test_answers")}
+OUTSIDE = {("course_tools.checks.nb09_self_test", "check_self_test_answers")}
 
 _LITERAL_HINT = "请把答案直接写成字面量 dict,例如 return {\"q1\": \"<字母>\", \"q4\": \"<几个字母>\", \"q10\": <数字>}"
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
