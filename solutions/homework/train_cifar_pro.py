@@ -80,8 +80,9 @@ def build_parser() -> Parser:
     p.add_argument("--max-steps", type=int_at_least(0), default=0, help="stop after this many optimizer steps (0: no limit)")
     p.add_argument("--batch-size", type=int_at_least(1), default=128, help="the global batch size")
     p.add_argument("--accum-steps", type=int_at_least(1), default=1,
-                   help="micro-batches per optimizer step and process (gradient accumulation): the same step as "
-                        "one batch of --batch-size, in 1/K of the activation memory")
+                   help="micro-batches per optimizer step and process (gradient accumulation): the step of one "
+                        "batch of --batch-size in 1/K of the activation memory; equal up to rounding without "
+                        "BatchNorm (--model tiny), approximate with it (statistics per micro-batch)")
     p.add_argument("--lr", type=float_in(0, None, low_open=True), default=2e-3)
     p.add_argument("--weight-decay", type=float_in(0), default=5e-4)
     p.add_argument("--warmup-steps", type=int_at_least(0), default=50)
