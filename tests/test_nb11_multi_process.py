@@ -340,11 +340,12 @@ def test_verdicts_do_not_depend_on_the_seed(pairs, workbook_threads):
                     check(fn, seed=seed)
 
 
-def test_learner_copy_shows_at_most_350_lines_of_code():
-    """Launchers, timing choreography and bookkeeping live in course_tools.lab.multi_process (issue 20)."""
+def test_learner_copy_shows_at_most_420_lines_of_code():
+    """Launchers, timing choreography and bookkeeping live in course_tools.lab.multi_process and .hangs (issue 20:
+    350 lines for §1-9; §10, a hang, adds its measurements and claims: 420)."""
     nb = nbformat.read(ROOT / "notebooks" / NAME, as_version=4)
     lines = authored_code_lines(nb)
-    assert lines <= 350, lines
+    assert lines <= 420, lines
 
 
 def test_the_deliberate_spawn_failure_is_caught_not_a_raw_traceback():
