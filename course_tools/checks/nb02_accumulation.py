@@ -84,7 +84,7 @@ def _references(seed: int, case: int) -> dict[str, Any]:
     with torch.no_grad():
         losses = [float(F.cross_entropy(_model(state)(x), y)) for x, y in parts]
     mistakes = {
-        "不能在检查传入的 .grad 上继续累加:窗口开始时先 zero_grad 一次": _stepped(state, parts, stale, share, max_norm),
+        "不能在调用前留在 .grad 里的旧梯度上继续累加:窗口开始时先 zero_grad 一次": _stepped(state, parts, stale, share, max_norm),
         "各微批次的平均 loss 直接取平均(或除以 K):大小不同的微批次要按样本数 n_i / N 加权":
             _stepped(state, parts, none, [1 / k] * k, max_norm),
         "各微批次的 loss 直接相加:每个要乘 n_i / N": _stepped(state, parts, none, [1.0] * k, max_norm),
@@ -160,7 +160,7 @@ HINTS: dict[str, tuple[str, ...]] = {
         "梯度累积要得到的,是把所有微批次拼成一个大 batch、对全部样本取平均 loss 的那一步:.grad 会把每次 backward 的梯度加起来,"
         "所以每个微批次的 loss 要先乘上它在整个窗口里所占的比例;清梯度、裁剪、step 都是整个窗口一次",
         "02 的「5. 梯度累积(gradient accumulation):小显存凑出大 batch」一节逐条量了常见错误的效果,"
-        "表里的 (a)(c)(d)(e) 就是这个检查会抓的几种",
+        "表里的 (a)(c)(d),以及 (e) 里“step 放进了微批次循环”那一条,都是这个检查会抓的;它还会抓忘了裁剪和 loss 直接相加",
         "常错的几处:各微批次大小不同,却直接对它们的平均 loss 取平均(或除以 K);zero_grad 放进了循环里,或者窗口开始时忘了清;"
         "裁剪放进了循环里,或者忘了裁剪;step 放进了循环里;返回的是最后一个微批次的 loss",
     ),
