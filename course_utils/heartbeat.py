@@ -23,7 +23,8 @@ Pitfalls handled:
 - Waiting is not progress: a rank waiting in a collective stays in the phase it entered.
 - The phase must be published as it changes, not at the next stamp: a 15 ms step would be 60 steps
   ahead of a file written once a second. Memory-mapped, the write is a copy into the page cache, which
-  every process on the machine reads at once (across machines on a shared folder: at the next stamp).
+  every process on the machine reads at once (across machines on a shared folder, it is visible only
+  after the kernel writes the page back: not flushed here, and untested).
 - Start-up and the first step are slow (workers start, the first checkpoint): the limit is at least
   ``FIRST_STEP_GRACE_S`` until this process has finished a step.
 - The times are wall-clock (``time.time``), compared across processes and machines: a clock stepped
@@ -145,7 +146,7 @@ class Heartbeat:
     def take_times(self) -> dict[str, float]:
         """Seconds per step since the last call: ``busy`` (data, forward, backward, optimizer), ``data`` and
         ``wait`` (the gradient all-reduce: waiting for the slowest rank); ``exchanges``: gradient buckets
-        all-reduced per step (DDP; with gradient accumulation still one round per step); ``steps``. Then start over."""
+        all-reduced per step (DDP; with gradient accumulation the same number as without it); ``steps``. Then start over."""
         self._account()  # the phase in progress, up to now (no progress: ``since`` stays)
         n = max(self.counted, 1)
         times = {"steps": self.counted, "data": self.spent["data"] / n, "wait": self.spent["allreduce"] / n,

@@ -81,7 +81,7 @@ def build_parser() -> Parser:
     p.add_argument("--batch-size", type=int_at_least(1), default=128, help="the global batch size")
     p.add_argument("--accum-steps", type=int_at_least(1), default=1,
                    help="micro-batches per optimizer step and process (gradient accumulation): the step of one "
-                        "batch of --batch-size in 1/K of the activation memory; equal up to rounding without "
+                        "batch of --batch-size in about 1/K of the activation memory (the largest micro-batch's); equal up to rounding without "
                         "BatchNorm (--model tiny), approximate with it (statistics per micro-batch)")
     p.add_argument("--lr", type=float_in(0, None, low_open=True), default=2e-3)
     p.add_argument("--weight-decay", type=float_in(0), default=5e-4)
@@ -125,7 +125,8 @@ def build_parser() -> Parser:
     add_spike_flags(p)
     p.add_argument("--hang-timeout", type=float_in(0), default=None,
                    help="seconds without progress on any rank that end the run as hung (exit code 124; default: "
-                        "20x the median step, at least 60; 0: off)")
+                        "20x the median step within [60 s, 25 min]; at least 120 s before a process's first step; "
+                        "0: off; under 5: refused)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
     p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
@@ -192,7 +193,7 @@ from course_utils.distributed import (RanksDisagree, any_rank, average, backend_
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.estimate import matmul_peak_flops, training_flops  # noqa: E402
-from course_utils.heartbeat import HangReport, Heartbeat, Stragglers, Watchdog  # noqa: E402
+from course_utils.heartbeat import AUTO_MAX_S, HangReport, Heartbeat, Stragglers, Watchdog  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
@@ -296,9 +297,10 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, f
     """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
     main = world.is_main
     device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
-    # torchrun: join the other ranks (init_process_group); a plain run: nothing. A collective may wait the hang
-    # timeout + 5 min (rank 0 evaluates and saves alone meanwhile): the watchdog reports first; None: torch's 30 min
-    setup(world, device, args.hang_timeout + 300 if args.hang_timeout else None)
+    # torchrun: join the other ranks (init_process_group); a plain run: nothing. A collective may wait the watchdog's
+    # largest limit + 5 min, so the watchdog (limit S, or at most AUTO_MAX_S) fires first; with the watchdog off,
+    # torch's defaults (gloo 30 min, NCCL 10 min)
+    setup(world, device, (args.hang_timeout or AUTO_MAX_S) + 300 if args.hang_timeout != 0 else None)
     if world.launched:
         stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
@@ -498,8 +500,8 @@ def next_batch(t: Training, hooks: Hooks) -> tuple[int, torch.Tensor, torch.Tens
     position = t.rollback.position(t.step)
     epoch, start_batch = divmod(position, t.steps_per_epoch)
     if t.batches is None or position != t.position or start_batch == 0:
-        # the old iterator's workers and queue threads end first (CPython frees it here): a worker forked while
-        # they run can inherit a held lock and never start (seen once after a rollback: rank 1 waited forever)
+        # the old iterator (its workers, its queue threads) is released before the next loader starts its workers:
+        # a hang at this point was seen once after a rollback (rank 1 waited forever); not seen since
         t.batches = None
         t.loader = make_loader(t.train_ds, t.args.batch_size, seed=t.args.seed, epoch=epoch, start_batch=start_batch,
                                num_workers=t.args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
