@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from course_tools.lab.multi_process import PRO_SCRIPT, _kill_job, _train_losses, fresh, torchrun_command
+from course_tools.lab.resumed import ResumedJob
 from course_utils.heartbeat import read_heartbeats
 
 __all__ = ["FrozenJob", "freeze_rank", "main_thread_frames"]
@@ -40,7 +41,7 @@ _REPO = PRO_SCRIPT.parents[2]  # the repository root (PRO_SCRIPT: solutions/home
 
 
 @dataclass(frozen=True)
-class FrozenJob:
+class FrozenJob(ResumedJob):
     """What :func:`freeze_rank` measured."""
 
     command: list[str]                 # the frozen job's torchrun command (the resume adds --resume)
@@ -57,12 +58,6 @@ class FrozenJob:
     report: dict[str, Any]             # hangs/<time>-step<N>/report.json
     stacks_rank0: str                  # rank 0's stacks_rank0.txt (every thread)
     leftovers: list[int]               # processes of the hung job still alive after its end
-    reference: dict[int, float]        # step -> train loss of the uninterrupted run
-    resumed: dict[int, float]          # step -> train loss of the hung run after --resume
-    returncodes: dict[str, int | None]  # reference, resume
-    states: list[str]                  # status.json's state at the end: reference, resumed
-    seconds: float
-    resume_log: str
 
 
 def _wait_for(found: Callable[[], T | None], timeout: float, what: str, log: Path) -> T:

@@ -46,6 +46,7 @@ import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a mod
 import torch.distributed as dist
 
 from course_tools import interrupt
+from course_tools.lab.resumed import ResumedJob
 
 __all__ = ["CTX", "fresh", "cleanup", "run_ranks", "SpawnOutcome", "spawn_outcome", "flat", "describe_shares",
            "unlucky_atomic_saves", "ReadBeforeWrite", "shares_match_one_process", "torchrun_command",
@@ -318,7 +319,7 @@ def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
 
 
 @dataclass(frozen=True)
-class KilledJob:
+class KilledJob(ResumedJob):
     """What :func:`kill_and_resume` measured."""
 
     command: list[str]                 # the interrupted job's torchrun command (the resume adds --resume)
@@ -329,12 +330,6 @@ class KilledJob:
     status_after_kill: str             # status.json's state, as the killed job left it
     latest: dict[str, Any]             # the newest valid checkpoint: step, world_size, rng_ranks (count)
     before_kill: dict[int, float]      # step -> train loss logged before the kill
-    reference: dict[int, float]        # step -> train loss of the uninterrupted run
-    resumed: dict[int, float]          # step -> train loss of the interrupted run after --resume
-    returncodes: dict[str, int | None]  # reference, resume
-    states: list[str]                  # status.json's state at the end: reference, resumed
-    seconds: float
-    resume_log: str
 
 
 PRO_SCRIPT = Path(__file__).resolve().parents[2] / "solutions" / "homework" / "train_cifar_pro.py"
