@@ -4,7 +4,7 @@ quick loop `pytest -m "not slow"` under 120 s on a quiet 2-core machine; exits 1
 Runs pytest with a JUnit XML report and sums the time per file (each notebook under nbval is one
 file, its cells the test cases; each tests/*.py is one file). The suite runs in two pytest-xdist
 workers (pyproject's addopts), so the per-file sum is larger than the wall time. Prints the files
-slowest first with test counts and outcomes, pytest's wall time, and writes
+slowest first with test counts and outcomes, pytest's wall time, the slowest tests, and writes
 bench/results/suite_time.json.
 
     python bench/suite_time.py                       # the whole suite, then -m "not slow"
@@ -47,6 +47,13 @@ def _dotted_to_path(dotted: str, suffix: str) -> str:
     return dotted + suffix
 
 
+def slowest_tests(xml_path: Path, n: int = 25) -> list[dict]:
+    """The ``n`` slowest test cases (setup, call and teardown together), slowest first: where a file's time goes."""
+    cases = [{"test": f"{file_of(c)}::{c.get('name')}", "seconds": float(c.get("time", 0) or 0)}
+             for c in ET.parse(xml_path).getroot().iter("testcase")]
+    return sorted(cases, key=lambda c: -c["seconds"])[:n]
+
+
 def summarize(xml_path: Path) -> list[dict]:
     per_file: dict[str, dict] = defaultdict(lambda: {"seconds": 0.0, "tests": 0, "failed": 0, "skipped": 0})
     for case in ET.parse(xml_path).getroot().iter("testcase"):
@@ -64,8 +71,9 @@ SUITE_BUDGET_S = 480.0   # the README's `pytest`: the brief's 8 minutes (decided
 QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"`: the brief's 2 minutes
 
 
-def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None]:
-    """One pytest run: wall seconds, exit code, its last line, per-file rows (None without a report)."""
+def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None, list[dict]]:
+    """One pytest run: wall seconds, exit code, its last line, per-file rows (None without a report), the
+    slowest tests."""
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}", *pytest_args]
@@ -75,8 +83,8 @@ def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | Non
         last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if not xml.exists():
             print(proc.stdout[-3000:], proc.stderr[-3000:])
-            return wall, proc.returncode or 1, last, None
-        return wall, proc.returncode, last, summarize(xml)
+            return wall, proc.returncode or 1, last, None, []
+        return wall, proc.returncode, last, summarize(xml), slowest_tests(xml)
 
 
 def main(argv=None) -> int:
@@ -87,7 +95,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     info = machine_info()
     print(header(info))
-    wall, code, last, rows = timed_run(args.pytest_args)
+    wall, code, last, rows, slowest = timed_run(args.pytest_args)
     if rows is None:
         return code
     total = sum(r["seconds"] for r in rows)
@@ -100,7 +108,7 @@ def main(argv=None) -> int:
     if not args.pytest_args:
         checks.append(("pytest", wall, SUITE_BUDGET_S, code))
         if not args.no_quick:
-            quick_wall, quick_code, quick_last, _ = timed_run(["-m", "not slow"])
+            quick_wall, quick_code, quick_last, _, _ = timed_run(["-m", "not slow"])
             text += f'\npytest -m "not slow" wall time {quick_wall:.1f} s (exit {quick_code}): {quick_last}'
             checks.append(('pytest -m "not slow"', quick_wall, QUICK_BUDGET_S, quick_code))
     for name, seconds, budget, exit_code in checks:
@@ -108,12 +116,15 @@ def main(argv=None) -> int:
         text += f"\n{name}: {seconds:.0f} s, budget {budget:.0f} s, exit {exit_code} -> {'OK' if ok else 'MISSED'}"
     print()
     print(text)
+    print("\nslowest tests (setup + call + teardown):")
+    for case in slowest:
+        print(f"  {case['seconds']:7.1f} s  {case['test']}")
     missed = any(seconds > budget or exit_code for _, seconds, budget, exit_code in checks)
     path = write_json("suite_time", {"machine": info, "pytest_args": args.pytest_args, "files": rows,
                                      "wall_s": wall, "exit_code": code, "budgets": [
                                          {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c}
                                          for n, s_, b, c in checks],
-                                     "passed": not missed, "table": text}, args.json)
+                                     "passed": not missed, "table": text, "slowest_tests": slowest}, args.json)
     print(f"\nJSON: {path}")
     return 1 if missed else 0
 

@@ -2,7 +2,8 @@
 
 - ``workbook_threads``: torch at the workbook's CPU thread policy for the 50-seed sweeps, restored after.
 - ``reference`` / ``reference_3_epochs``: the professional script's uninterrupted runs, made once per
-  session in a real interpreter and shared by every xdist worker (``tests/pro_runs.shared_run``).
+  session in a real interpreter and shared by every xdist worker (``tests/pro_runs.shared_run``);
+  ``ddp_reference``: its uninterrupted two-process job under torchrun (``tests/torchrun_jobs.shared_job``).
 
 See tests/README.md for the launchers, the slow rule and the budgets.
 """
@@ -15,6 +16,7 @@ import torch
 
 from course_utils.env import configure_cpu_threads
 from tests.pro_runs import REFERENCE, REFERENCE_3_EPOCHS, REFERENCE_STEPS, shared_run, train_losses
+from tests.torchrun_jobs import TOTAL_STEPS, shared_job
 
 
 @pytest.fixture
@@ -42,3 +44,12 @@ def reference(tmp_path_factory) -> Path:
 def reference_3_epochs(tmp_path_factory) -> Path:
     """The three-epoch uninterrupted run (epoch boundaries, best checkpoint)."""
     return shared_run(tmp_path_factory, "pro-reference-3-epochs", REFERENCE_3_EPOCHS)
+
+
+@pytest.fixture(scope="session")
+def ddp_reference(tmp_path_factory) -> Path:
+    """The uninterrupted job of 2 gloo ranks under one torchrun (``torchrun_jobs.ARGS``) that the torchrun kill,
+    hang and two-launcher tests compare with."""
+    out = shared_job(tmp_path_factory, "pro-ddp-reference")
+    assert [s for s, _ in train_losses(out)] == list(range(1, TOTAL_STEPS + 1))
+    return out

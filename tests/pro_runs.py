@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 import pytest
@@ -143,16 +143,19 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "run.lock"}
 
 
-def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[str]) -> Path:
+def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[str],
+               launch: Callable[..., subprocess.Popen] | None = None) -> Path:
     """The finished, uninterrupted run of ``args`` in the session's folder ``name``: the first xdist worker to ask
-    makes it under a lock, the others wait and reuse it. Read it; copy it before running in it."""
+    makes it under a lock, the others wait and reuse it. Read it; copy it before running in it. ``launch(out,
+    *args)`` starts it another way (torchrun: ``tests/torchrun_jobs.shared_job``); by default a fresh interpreter."""
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the folder all workers share
     out = root / name
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            code, output = finish(start(out, *args, interpreter="fresh"))  # start-up included
+            proc = launch(out, *args) if launch else start(out, *args, interpreter="fresh")  # start-up included
+            code, output = finish(proc)
             assert code == 0, output
     assert status(out)["state"] == "finished", f"the shared run {name} failed: see the test that made it"
     return out

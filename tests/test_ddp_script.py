@@ -9,8 +9,10 @@
   sample of an epoch exactly once. Bit equality is not expected: one process sums the 32 per-sample
   losses and gradients in one order, two processes sum 16 + 16 and then add the two halves
   (floating-point addition is not associative), so the last bits differ and the runs drift apart slowly;
-- two launchers (``--nnodes 2``, c10d rendezvous over loopback) give the single-launcher run bit for bit
-  (the reference run is that two-launcher job).
+- two launchers (``--nnodes 2``, c10d rendezvous over loopback) give the single-launcher run bit for bit.
+
+The reference is the session's uninterrupted single-launcher job (``ddp_reference``, tests/conftest.py), which the
+hang tests compare with too.
 """
 from __future__ import annotations
 
@@ -30,10 +32,9 @@ from course_utils.checkpoint import load_verified
 from course_utils.data import epoch_order, load_cifar10, take_fraction
 from course_utils.monitor import read_metrics
 from tests.pro_runs import STEPS_PER_EPOCH, finish, newest_checkpoint, status, train_losses, train_records
-from tests.torchrun_jobs import MARKER, job_processes, kill_job, launch
+from tests.torchrun_jobs import MARKER, TOTAL_STEPS as TOTAL, job_processes, kill_job, launch
 
 pytestmark = pytest.mark.slow
-TOTAL = 2 * STEPS_PER_EPOCH  # 30 steps: 2 epochs of 15 global batches of 32 (16 per process)
 
 
 def incomplete_saves(out: Path) -> set[str]:
@@ -83,8 +84,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def two_launchers(tmp_path_factory):
-    """The reference run: multi-node as documented (``--nnodes 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT``),
-    both "nodes" on this machine, one rank each. Every single-launcher run below is compared with it."""
+    """Multi-node as documented (``--nnodes 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT``), both "nodes" on
+    this machine, one rank each."""
     out, endpoint, run_id = tmp_path_factory.mktemp("ddp") / "reference", f"127.0.0.1:{free_port()}", uuid.uuid4().hex
     launcher = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
                 "--rdzv-id", run_id]
@@ -92,30 +93,23 @@ def two_launchers(tmp_path_factory):
     return out, [finish(node, 300) for node in nodes]
 
 
-@pytest.fixture(scope="module")
-def reference(two_launchers):
-    out, results = two_launchers
-    assert all(code == 0 for code, _ in results), [output[-2000:] for _, output in results]
-    return out
-
-
-def test_reference_run(reference):
-    assert [step for step, _ in train_losses(reference)] == list(range(1, TOTAL + 1))
-    assert status(reference)["state"] == "finished" and status(reference)["world_size"] == 2
-    state = load_verified(reference / "checkpoints" / f"step_{TOTAL:08d}.pt")
+def test_reference_run(ddp_reference):
+    assert [step for step, _ in train_losses(ddp_reference)] == list(range(1, TOTAL + 1))
+    assert status(ddp_reference)["state"] == "finished" and status(ddp_reference)["world_size"] == 2
+    state = load_verified(ddp_reference / "checkpoints" / f"step_{TOTAL:08d}.pt")
     assert state["world_size"] == 2 and len(state["rng_ranks"]) == 2
     assert not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"]), "a stream per rank"
     assert not any(k.startswith("module.") for k in state["model"]), "the unwrapped model is saved"
-    files = {str(p.relative_to(reference)) for p in reference.rglob("*") if p.is_file()}
+    files = {str(p.relative_to(ddp_reference)) for p in ddp_reference.rglob("*") if p.is_file()}
     assert files == {"config.json", "metrics.jsonl", "status.json", "run.lock", *(
         f"checkpoints/{name}{ext}" for name in ("best.pt", "last_good.pt", f"step_{TOTAL - 3:08d}.pt",
                                                 f"step_{TOTAL:08d}.pt") for ext in ("", ".sha256"))}, \
         "rank 0 alone writes, once (no per-rank copies, no leftovers)"
-    records = train_records(reference)
+    records = train_records(ddp_reference)
     assert all(r["samples_per_sec"] for r in records[2:]), "throughput of the global batch"
 
 
-def test_sigkill_of_the_whole_job_at_random_moments_then_resume_is_exact(reference, tmp_path):
+def test_sigkill_of_the_whole_job_at_random_moments_then_resume_is_exact(ddp_reference, tmp_path):
     out, rng = tmp_path / "killed", random.Random(16)
     plan = ["inside a save", "random step", "random time", "random step", "random time"]
     kills = []
@@ -140,7 +134,7 @@ def test_sigkill_of_the_whole_job_at_random_moments_then_resume_is_exact(referen
     proc, _ = launch(out, "--resume")
     code, output = finish(proc, 300)
     assert code == 0 and "续训" in output, f"{kills}\n{output[-3000:]}"
-    assert train_losses(out) == train_losses(reference), f"kills (moment, s, processes, inside a save): {kills}"
+    assert train_losses(out) == train_losses(ddp_reference), f"kills (moment, s, processes, inside a save): {kills}"
     assert max(killed for _, _, killed, _ in kills) >= 5, "agent + 2 ranks + their DataLoader workers"
 
 
@@ -200,19 +194,18 @@ def test_changing_the_number_of_processes_keeps_batches_and_sample_order(resized
                                                                    for i in share], "the samples trained on"
 
 
-def test_resized_run_drifts_only_in_the_last_bits(resized, reference):
+def test_resized_run_drifts_only_in_the_last_bits(resized, ddp_reference):
     """Same data, same weights at the switch: only the summation order differs (see the module docstring)."""
     out, (first, second, _), _ = resized
-    ours, theirs = dict(train_losses(out)), dict(train_losses(reference))
+    ours, theirs = dict(train_losses(out)), dict(train_losses(ddp_reference))
     assert all(ours[s] == theirs[s] for s in range(1, first + 1)), "2 processes, uninterrupted: bit for bit"
     after_switch = [abs(ours[s] - theirs[s]) for s in range(first + 1, TOTAL + 1)]
     assert max(after_switch[:2]) < 1e-5 and max(after_switch) < 1e-3, after_switch
 
 
-def test_two_launchers_over_loopback_equal_one_launcher(two_launchers, resized):
-    """One rank 0 in the job; its losses equal a single launcher's (here the uninterrupted part of the resized
-    run; the whole run: the SIGKILL test compares a single launcher's resumed run with it too)."""
-    reference, results = two_launchers
+def test_two_launchers_over_loopback_equal_one_launcher(two_launchers, ddp_reference):
+    """One rank 0 in the job, on one node; its losses equal the single launcher's, every step bit for bit."""
+    out, results = two_launchers
+    assert all(code == 0 for code, _ in results), [output[-2000:] for _, output in results]
     assert sum("processes=2" in output for _, output in results) == 1, "one rank 0 in the job, on one node"
-    out, (first, _, _), _ = resized
-    assert train_losses(out)[:first] == train_losses(reference)[:first]
+    assert train_losses(out) == train_losses(ddp_reference)

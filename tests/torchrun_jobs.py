@@ -13,9 +13,10 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.pro_runs import SCRIPT, TINY
+from tests.pro_runs import SCRIPT, STEPS_PER_EPOCH, TINY, shared_run
 
 ARGS = [*TINY, "--epochs", "2", "--ckpt-every-steps", "3", "--log-every", "1", "--workers", "1"]
+TOTAL_STEPS = 2 * STEPS_PER_EPOCH  # 2 epochs of 15 global batches of 32 (16 per process)
 MARKER = "COURSE_DDP_TEST_JOB"  # in the environment of every process of a job: the agent, the ranks, their workers
 
 
@@ -28,6 +29,12 @@ def launch(out: Path, *args: str, nproc: int = 2, launcher: list[str] | None = N
     proc = subprocess.Popen([*head, str(SCRIPT), "--out", str(out), *ARGS, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     return proc, job
+
+
+def shared_job(tmp_path_factory, name: str, *args: str) -> Path:
+    """The finished two-process job of ``ARGS`` + ``args`` (one launcher), made once per session and shared by every
+    test file and xdist worker (``pro_runs.shared_run``). Read it; copy it before running in it."""
+    return shared_run(tmp_path_factory, name, list(args), launch=lambda out, *extra: launch(out, *extra)[0])
 
 
 def job_processes(job: str) -> dict[int, dict[str, str]]:
