@@ -43,6 +43,17 @@ SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "05_reproducibility.ipynb", "06_
                   "08b_flops_memory.ipynb", "10_homework.ipynb", "11_multi_process.ipynb", "12_loss_spikes.ipynb"}
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject): one pytest-xdist worker more than the usable cores, at most 8.
+
+    Part of the suite waits instead of computing: sandboxed cells run to their wall-clock backstop, hang
+    tests wait for their watchdog, kill tests for the moment to strike. With one worker per core the quiet
+    2-core machine sat idle 16% of the run (vmstat); a third worker fills some of it (``bench/suite_time.py``:
+    593 s with 2 workers, 541 s with 3). Beyond 8 the longest file, not the worker count, sets the time."""
+    from course_utils.env import usable_cores
+    return min(usable_cores() + 1, 8)
+
+
 def pytest_configure(config):
     """The tests run checks and small trainings in this process: same CPU thread policy as the notebooks."""
     from course_utils.env import configure_cpu_threads
@@ -51,8 +62,8 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the notebooks' slow marks must be there
 def pytest_collection_modifyitems(session, config, items):
-    """Longest files first, so that pytest-xdist's two workers (``-n 2 --dist loadfile`` in pyproject)
-    finish together instead of one waiting for the other's last kill test.
+    """Longest files first, so that pytest-xdist's workers (``-n auto --dist loadfile`` in pyproject)
+    finish together instead of one waiting for another's last kill test.
 
     A file's cost is its time in the last ``python bench/suite_time.py`` (``bench/results/suite_time.json``);
     a file that run did not see is guessed from what it holds: end-to-end tests (``slow``) as long, a

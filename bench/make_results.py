@@ -187,7 +187,7 @@ sections = [
             amp_notes(load("amp_cpu")) if load("amp_cpu") else []),
     section("5. Test-suite time (`bench/suite_time.py`)", load("suite_time"), "python bench/suite_time.py",
             ["Seconds per test file or notebook (nbval: one notebook = one file), from one run of the README's test "
-             "command in its two pytest-xdist workers (so the sum is more than the wall time). Budgets on a quiet "
+             "command in its pytest-xdist workers, one more than the cores (so the sum is more than the wall time). Budgets on a quiet "
              "2-core machine: 8 minutes for `pytest`, 2 minutes for `pytest -m \"not slow\"`, 90 s per notebook."]),
     section("6. Cost of the grading sandbox (`bench/grading.py`)", load("grading"), "python bench/grading.py",
             grading_notes(load("grading")) if load("grading") else []),

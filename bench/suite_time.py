@@ -2,8 +2,9 @@
 quick loop `pytest -m "not slow"` under 120 s on a quiet 2-core machine; exits 1 on a miss.
 
 Runs pytest with a JUnit XML report and sums the time per file (each notebook under nbval is one
-file, its cells the test cases; each tests/*.py is one file). The suite runs in two pytest-xdist
-workers (pyproject's addopts), so the per-file sum is larger than the wall time. Prints the files
+file, its cells the test cases; each tests/*.py is one file). The suite runs in pytest-xdist
+workers, one more than the cores (pyproject's ``-n auto``, conftest.py), so the per-file sum is larger than
+the wall time. Prints the files
 slowest first with test counts and outcomes, pytest's wall time, the slowest tests, and writes
 bench/results/suite_time.json.
 
