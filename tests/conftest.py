@@ -2,8 +2,8 @@
 
 - ``workbook_threads``: torch at the workbook's CPU thread policy for the 50-seed sweeps, restored after.
 - ``reference`` / ``reference_3_epochs``: the professional script's uninterrupted runs, made once per
-  session in a real interpreter and shared by every xdist worker (``tests/pro_runs.shared_run``);
-  ``ddp_reference``: its uninterrupted two-process job under torchrun (``tests/torchrun_jobs.shared_job``).
+  session in a real interpreter and shared by every xdist worker (``tests/support/pro_runs.shared_run``);
+  ``ddp_reference``: its uninterrupted two-process job under torchrun (``tests/support/torchrun_jobs.shared_job``).
 
 See tests/README.md for the launchers, the slow rule and the budgets.
 """
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from course_utils.env import configure_cpu_threads
-from tests.pro_runs import REFERENCE, REFERENCE_3_EPOCHS, REFERENCE_STEPS, shared_run, train_losses
-from tests.torchrun_jobs import TOTAL_STEPS, shared_job
+from tests.support.pro_runs import REFERENCE, REFERENCE_3_EPOCHS, REFERENCE_STEPS, shared_run, train_losses
+from tests.support.torchrun_jobs import TOTAL_STEPS, shared_job
 
 
 @pytest.fixture

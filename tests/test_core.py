@@ -54,7 +54,7 @@ def test_dump_run_config(tmp_path):
     assert saved["git_commit"] == "unknown" and saved["git_dirty"] == "unknown"  # not a git repo
     for key in ("torch", "device", "command", "started_at", "python"):
         assert saved[key] is not None
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     commit, dirty = repro.git_commit(ROOT)
     assert len(commit) == 40 and isinstance(dirty, bool)
 

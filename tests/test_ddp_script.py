@@ -31,8 +31,8 @@ import torch
 from course_utils.checkpoint import load_verified
 from course_utils.data import epoch_order, load_cifar10, take_fraction
 from course_utils.monitor import read_metrics
-from tests.pro_runs import STEPS_PER_EPOCH, finish, newest_checkpoint, status, train_losses, train_records
-from tests.torchrun_jobs import MARKER, TOTAL_STEPS as TOTAL, job_processes, kill_job, launch
+from tests.support.pro_runs import STEPS_PER_EPOCH, finish, newest_checkpoint, status, train_losses, train_records
+from tests.support.torchrun_jobs import MARKER, TOTAL_STEPS as TOTAL, job_processes, kill_job, launch
 
 pytestmark = pytest.mark.slow
 

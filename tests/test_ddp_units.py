@@ -1,7 +1,7 @@
 """Data parallel pieces without the training script: the sharding rule, per-rank RNG states, the agreement helpers.
 
 Most tests run in this process (a plain run: no process group). ``test_gloo_probe`` runs
-``tests/ddp_probe.py`` under torchrun with 2 gloo processes and measures the conditions of exact
+``tests/support/ddp_probe.py`` under torchrun with 2 gloo processes and measures the conditions of exact
 resume under DDP.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from course_utils.checkpoint import restore_training_state, training_state
 from course_utils.data import EpochBatches, epoch_order, make_loader, rank_share
 from course_utils.distributed import World
 from course_utils.repro import rng_state, set_seed
-from tests.notebook_cells import ROOT
+from tests.support.notebook_cells import ROOT
 
 TORCHRUN_ENV = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h",
                 "MASTER_PORT": "1"}
@@ -153,7 +153,7 @@ def probe(tmp_path_factory):
     out = tmp_path_factory.mktemp("probe") / "result.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(ROOT / "tests" / "ddp_probe.py"), str(out)], capture_output=True, text=True,
+                           str(ROOT / "tests" / "support" / "ddp_probe.py"), str(out)], capture_output=True, text=True,
                           timeout=180, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())

@@ -177,7 +177,7 @@ def test_models_are_small():
 
 @pytest.mark.slow
 def test_baseline_script_runs_offline_above_chance(tmp_path):
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     out = subprocess.run([sys.executable, str(ROOT / "notebooks/homework/train_cifar.py"), "--epochs", "1"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -1,9 +1,9 @@
-"""The contract every exercise check keeps, parametrized over tests/exercise_registry.py.
+"""The contract every exercise check keeps, parametrized over tests/support/exercise_registry.py.
 
 For each exercise: the check passes the solution (✅ printed) and fails the released stub with the
 not-finished message; the stub's hints give away no line of the answer; every typical wrong answer
-fails with its fragment (tests/wrong_answers/); the slow 50-seed sweep gets the same verdicts. For
-each notebook of DEMO_ISOLATED: its demo cells never call an exercise (tests/exercise_isolation.py).
+fails with its fragment (tests/support/wrong_answers/); the slow 50-seed sweep gets the same verdicts. For
+each notebook of DEMO_ISOLATED: its demo cells never call an exercise (tests/support/exercise_isolation.py).
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import re
 import pytest
 
 from course_tools.checks import CheckFailed
-from tests.exercise_isolation import demo_cells_using_exercises
-from tests.exercise_registry import DEMO_ISOLATED, EXERCISES, NOTEBOOKS, Exercise
-from tests.notebook_cells import answer_lines_in, exercise_pairs, run_source, stub_hints
-from tests.sweep import failure_twice
+from tests.support.exercise_isolation import demo_cells_using_exercises
+from tests.support.exercise_registry import DEMO_ISOLATED, EXERCISES, NOTEBOOKS, Exercise
+from tests.support.notebook_cells import answer_lines_in, exercise_pairs, run_source, stub_hints
+from tests.support.sweep import failure_twice
 
 BY_ID = {e.id: e for e in EXERCISES}
 assert len(BY_ID) == len(EXERCISES), "two records with one id"

@@ -1,10 +1,10 @@
-"""The fork server the professional script's tests start their runs with (tests/forkserver.py).
+"""The fork server the professional script's tests start their runs with (tests/support/forkserver.py).
 
 A forked run must be what ``python SCRIPT ARGS`` would be, as the tests see it: the exit status
 (``sys.exit``, an uncaught exception, a signal), the output, argv, the working folder, the
 environment, stdin, a new session on request, fresh ``random`` state, ``atexit`` and non-daemon
 threads at the end. The professional script's own equivalence: every test that compares a forked
-run with the session's shared reference run, which is a real interpreter (tests/pro_runs.py).
+run with the session's shared reference run, which is a real interpreter (tests/support/pro_runs.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.forkserver import ForkServer
+from tests.support.forkserver import ForkServer
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +103,7 @@ def test_the_runs_die_with_their_client(server):
 
 
 def test_a_torch_free_server_forks_any_script_with_its_environment_into_a_file(tmp_path, monkeypatch):
-    # what tests/homework_scripts.FORKED uses: the fakes preloaded once, each run in its own session
+    # what tests/support/homework_scripts.FORKED uses: the fakes preloaded once, each run in its own session
     (tmp_path / "preloaded.py").write_text(f"open({str(tmp_path / 'imports')!r}, 'a').write('x')\n", encoding="utf-8")
     script = tmp_path / "other.py"
     script.write_text("import os, sys, time, preloaded\n"

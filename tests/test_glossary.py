@@ -4,7 +4,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tests.texts import ROOT, glossary, learner_texts, squash
+from tests.support.texts import ROOT, glossary, learner_texts, squash
 
 
 def test_glossary_is_a_well_formed_table():

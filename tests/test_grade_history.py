@@ -17,7 +17,7 @@ import pytest
 from course_tools.grade import commits as grade_history
 from course_tools.grade.commits import HOMEWORK, Commit, HistoryError, open_history
 from course_tools.grade.discipline import NO_HISTORY, judge_discipline
-from tests.homework_scripts import PATCHES, apply_upgrade, learner_repo
+from tests.support.homework_scripts import PATCHES, apply_upgrade, learner_repo
 
 BASELINE = (grade_history.ROOT / HOMEWORK / "train_cifar.py").read_bytes()
 ENV = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",

@@ -16,8 +16,8 @@ import pytest
 
 from course_tools.grade.similarity import (OVERALL, PRO_REFERENCE, REFERENCE, SIMILARITY_COLUMNS, THRESHOLD,
                                            fingerprint, pair_rows, similarity, summary, tokens, write_csv)
-from tests.homework_scripts import BASELINE, TRAIN
-from tests.notebook_cells import ROOT
+from tests.support.homework_scripts import BASELINE, TRAIN
+from tests.support.notebook_cells import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "similarity"
 SCRIPTS = {p.stem: p.read_text(encoding="utf-8") for p in sorted(FIXTURES.glob("*.py"))}

@@ -8,7 +8,7 @@ import torch
 
 from course_utils import heartbeat
 from course_utils.heartbeat import FIRST_STEP_GRACE_S, Heartbeat, Stragglers, Watchdog, read_heartbeats
-from tests.pro_runs import load_script
+from tests.support.pro_runs import load_script
 
 
 def published(tmp_path, rank: int, step: int, phase: str, since: float, stamped: float, job=("", "0")) -> Heartbeat:

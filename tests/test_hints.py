@@ -12,8 +12,8 @@ import pytest
 
 from course_tools import checks, progress
 from course_tools.checks import CheckFailed, hint
-from tests.notebook_cells import ROOT
-from tests.quiz_leaks import graded_hits
+from tests.support.notebook_cells import ROOT
+from tests.support.quiz_leaks import graded_hits
 
 # The check modules with tiers so far; the others are still to do (issue 24).
 WITH_TIERS = ("nb01_amp", "nb02_grad_clipping", "nb02_accumulation", "nb03_ema", "nb04_checkpoint_resume", "nb05_reproducibility",

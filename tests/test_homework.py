@@ -22,9 +22,9 @@ from course_tools import interrupt
 from course_tools.checks import CheckFailed
 from course_tools.checks import homework_files, homework_resume, homework_runs
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
-from tests.notebook_cells import ROOT
-from tests.sweep import SWEEP_SEEDS
+from tests.support.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
+from tests.support.notebook_cells import ROOT
+from tests.support.sweep import SWEEP_SEEDS
 
 sys.path.insert(0, str(FAKES))
 import fake_overfit  # noqa: E402

@@ -25,8 +25,8 @@ import pytest
 from course_tools import interrupt
 from course_tools.checks import homework_files
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import fake_overfit_pair, fake_train
-from tests.notebook_cells import ROOT
+from tests.support.homework_scripts import fake_overfit_pair, fake_train
+from tests.support.notebook_cells import ROOT
 
 NOTEBOOK = ROOT / "solutions" / "10_homework.ipynb"
 CHECKS = [u.check.__name__ for u in homework.UPGRADES]

@@ -27,8 +27,8 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb10_homework as homework
-from tests.homework_scripts import FORKED_TORCH, HEALTHY, HOMEWORK, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
-from tests.notebook_cells import ROOT
+from tests.support.homework_scripts import FORKED_TORCH, HEALTHY, HOMEWORK, PATCHES, TRAIN, TWIN, apply_upgrade, learner_repo
+from tests.support.notebook_cells import ROOT
 
 # What each patch implements, quoted from the upgrade's section (its text and its contract block).
 QUOTES = {

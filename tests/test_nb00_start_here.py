@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from course_tools.release import render
-from tests.notebook_cells import ROOT, tagged_sources
+from tests.support.notebook_cells import ROOT, tagged_sources
 
 NAME = "00_start_here.ipynb"
 SOLVED = ROOT / "solutions" / NAME

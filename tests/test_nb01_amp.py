@@ -1,5 +1,5 @@
 """Notebook 01 (AMP): what is special to its checks. The contract (solution passes, stub fails, hints, every
-typical wrong answer of tests/wrong_answers/nb01.py fails with its fragment, demo cells, the slow sweep) is in
+typical wrong answer of tests/support/wrong_answers/nb01.py fails with its fragment, demo cells, the slow sweep) is in
 tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb01_amp import check_amp_train_step
-from tests.notebook_cells import exercise_pairs, run_source, stub_hints
+from tests.support.notebook_cells import exercise_pairs, run_source, stub_hints
 
 NAME = "01_amp.ipynb"
 

@@ -1,6 +1,6 @@
 """02's gradient-accumulation check (exercise 3): the accepted variants pass (with its default seed and, slow
 sweep, with 50 other seeds) and answers that are not a loss fail. The contract (solution passes, stub fails,
-hints, every typical wrong answer of tests/wrong_answers/nb02_accumulation.py fails twice with its fragment,
+hints, every typical wrong answer of tests/support/wrong_answers/nb02_accumulation.py fails twice with its fragment,
 demo cells, the slow sweep) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb02_accumulation import check_accumulated_step
-from tests.notebook_cells import exercise_pairs, run_source
-from tests.sweep import SWEEP_SEEDS
-from tests.wrong_answers.nb02_accumulation import _CLIP, _ZERO, mutant
+from tests.support.notebook_cells import exercise_pairs, run_source
+from tests.support.sweep import SWEEP_SEEDS
+from tests.support.wrong_answers.nb02_accumulation import _CLIP, _ZERO, mutant
 
 NAME = "02_grad_clipping.ipynb"
 

@@ -1,5 +1,5 @@
 """Notebook 02 (gradient clipping, exercises 1 and 2): what is special to its checks. The contract (solution
-passes, stub fails, hints, every typical wrong answer of tests/wrong_answers/nb02_grad_clipping.py fails with its
+passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb02_grad_clipping.py fails with its
 fragment, demo cells, the slow sweep) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from course_tools.checks.nb02_grad_clipping import HIDDEN_CANDIDATES
-from tests.notebook_cells import exercise_pairs, run_source
+from tests.support.notebook_cells import exercise_pairs, run_source
 
 NAME = "02_grad_clipping.ipynb"
 

@@ -1,5 +1,5 @@
 """Notebook 03 (EMA): what is special to it. The contract of its check (solution passes, stub fails, hints,
-every typical wrong answer of tests/wrong_answers/nb03.py fails with its fragment, demo cells, the slow sweep)
+every typical wrong answer of tests/support/wrong_answers/nb03.py fails with its fragment, demo cells, the slow sweep)
 is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ def test_one_statistics_rule():
     """The raw-vs-EMA verdicts come from course_utils.stats (paired t-interval), not from ± 2 standard errors."""
     import nbformat
 
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     nb = nbformat.read(ROOT / "solutions" / NAME, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")

@@ -1,6 +1,6 @@
 """Notebook 04 (checkpoint and resume): what is special to its check (the four generators saved, the learner's
 generators and threads left alone, each part of the state really matters) and its text. The contract (solution
-passes, stub fails, hints, every typical wrong answer of tests/wrong_answers/nb04.py fails with its fragment,
+passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb04.py fails with its fragment,
 the slow sweep) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from course_tools.checks.nb04_checkpoint_resume import check_resume_equivalence
-from tests.notebook_cells import authored_code_lines, exercise_pairs, run_source
+from tests.support.notebook_cells import authored_code_lines, exercise_pairs, run_source
 
 NAME = "04_checkpoint_resume.ipynb"
 
@@ -106,13 +106,13 @@ def test_wrong_answers_would_change_the_losses(one_thread):
 # ---------------------------------------------------------------- the notebook's text (issue 20)
 def _cells(folder: str):
     import nbformat
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     return nbformat.read(ROOT / folder / NAME, as_version=4).cells
 
 
 def test_learner_copy_shows_at_most_350_lines_of_code():
     import nbformat
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
 
     lines = authored_code_lines(nbformat.read(ROOT / "notebooks" / NAME, as_version=4))
     assert lines <= 350, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/lab/checkpoint_resume.py"

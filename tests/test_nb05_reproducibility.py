@@ -1,6 +1,6 @@
 """The set_seed exercise of 05_reproducibility: what is special to its check (it restores the CUDA seeding
 function and the learner's generator) and the notebook's statistics rule. The contract (solution passes, stub
-fails, hints, every typical wrong answer of tests/wrong_answers/nb05.py fails with its fragment, the slow sweep)
+fails, hints, every typical wrong answer of tests/support/wrong_answers/nb05.py fails with its fragment, the slow sweep)
 is in tests/test_exercise_contracts.py.
 """
 
@@ -8,8 +8,8 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb05_reproducibility import check_set_seed
-from tests.notebook_cells import run_source
-from tests.wrong_answers.nb05 import WRONG
+from tests.support.notebook_cells import run_source
+from tests.support.wrong_answers.nb05 import WRONG
 
 NAME = "05_reproducibility.ipynb"
 
@@ -32,7 +32,7 @@ def test_one_statistics_rule():
     """Verdicts over seeds come from course_utils.stats (paired t-interval), not from max - min (issue 20)."""
     import nbformat
 
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     nb = nbformat.read(ROOT / "solutions" / "05_reproducibility.ipynb", as_version=4)
     text = "\n".join(c.source for c in nb.cells)
     assert "不能说 0.033 更好" not in text and "效应 > 种子间波动" not in text

@@ -1,6 +1,6 @@
 """The spike-detector exercise of 06_monitoring: what is special to its check (the reference, the targeted
 hint) and the case generator itself: each designed case really has the answer it was built for. The contract
-(solution passes, stub fails, hints, every typical wrong answer of tests/wrong_answers/nb06.py fails, the slow
+(solution passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb06.py fails, the slow
 sweep) is in tests/test_exercise_contracts.py.
 """
 import math
@@ -11,8 +11,8 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb06_monitoring as nb06
 from course_tools.checks.nb06_monitoring import check_cases, check_find_spikes, reference_spikes
-from tests.notebook_cells import exercise_pairs, run_source
-from tests.wrong_answers.nb06 import WRONG
+from tests.support.notebook_cells import exercise_pairs, run_source
+from tests.support.wrong_answers.nb06 import WRONG
 
 NAME = "06_monitoring.ipynb"
 
@@ -65,7 +65,7 @@ def test_the_worker_speed_up_is_taught_as_measured():
     again; the cells that measure it claim the latency-hiding model and the CPU-bound ceiling, and §4 claims
     why its smoothing differs from §1's."""
     import json
-    from tests.notebook_cells import ROOT
+    from tests.support.notebook_cells import ROOT
     cells = json.loads((ROOT / "solutions" / NAME).read_text(encoding="utf-8"))["cells"]
     prose = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")

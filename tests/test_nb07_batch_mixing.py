@@ -1,6 +1,6 @@
 """07's batch-dependency check (exercise 3): its accepted variants, and its helper
 ``course_utils.debug.batch_mixing``. The contract (solution passes, stub fails, hints, every typical wrong
-answer of tests/wrong_answers/nb07_batch_mixing.py fails twice with its fragment, the slow sweep) is in
+answer of tests/support/wrong_answers/nb07_batch_mixing.py fails twice with its fragment, the slow sweep) is in
 tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from torch import nn
 
 from course_tools.checks import nb07_single_batch_overfit as checks
 from course_utils.debug import batch_mixing
-from tests.notebook_cells import run_source
-from tests.sweep import SWEEP_SEEDS
-from tests.wrong_answers.nb07_batch_mixing import _SOURCE
+from tests.support.notebook_cells import run_source
+from tests.support.sweep import SWEEP_SEEDS
+from tests.support.wrong_answers.nb07_batch_mixing import _SOURCE
 
 
 # accepted variants: backward on the copy with the parameters' .grad put back; a per-row sum of |grad|

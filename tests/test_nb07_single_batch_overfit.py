@@ -1,6 +1,6 @@
 """07_single_batch_overfit's checks: what is special to them (cases that defeat final-loss thresholds, the
 diagnose hint, the global generator left alone, three distinct mystery bugs). The contract of exercises 1-3
-(solution passes, stub fails, hints, every typical wrong answer of tests/wrong_answers/nb07.py and
+(solution passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb07.py and
 nb07_batch_mixing.py fails with its fragment, the slow sweep) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb07_single_batch_overfit as checks
-from tests.notebook_cells import exercise_pairs, run_source
-from tests.sweep import failure_twice
-from tests.wrong_answers.nb07 import _DIAGNOSE, WRONG_DIAGNOSE
+from tests.support.notebook_cells import exercise_pairs, run_source
+from tests.support.sweep import failure_twice
+from tests.support.wrong_answers.nb07 import _DIAGNOSE, WRONG_DIAGNOSE
 
 NAME = "07_single_batch_overfit.ipynb"
 

@@ -1,6 +1,6 @@
 """The exercise check of 08_time_estimate: what is special to it (the chapter's example, no number of the hint
 passes, rounded step counts accepted, a crash caught, the digits of a near miss). The contract (solution passes,
-stub fails, hints, every typical wrong answer of tests/wrong_answers/nb08.py fails naming its mistake, the slow
+stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb08.py fails naming its mistake, the slow
 sweep) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from course_tools.checks import CheckFailed
 from course_tools.checks.nb08_time_estimate import check_estimate_hours
 from course_utils.estimate import training_hours as reference_hours
 from course_utils.estimate import estimate_training_time
-from tests.notebook_cells import ROOT, exercise_pairs, run_source, stub_hints
+from tests.support.notebook_cells import ROOT, exercise_pairs, run_source, stub_hints
 
 NAME = "08_time_estimate.ipynb"
 

@@ -1,6 +1,6 @@
 """The exercise checks of 08b_flops_memory: what is special to them (right answers by hand, the accepted ways of
 counting, no number of a hint passes) and the stored run's line widths. The contract (solution passes, stub
-fails, hints, every typical wrong answer of tests/wrong_answers/nb08b.py fails naming its mistake, the slow
+fails, hints, every typical wrong answer of tests/support/wrong_answers/nb08b.py fails naming its mistake, the slow
 sweeps) is in tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from course_tools import release
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08b_flops_memory import check_peak_memory, check_step_flops
-from tests.notebook_cells import exercise_pairs, stub_hints
-from tests.sweep import SWEEP_SEEDS
-from tests.wrong_answers.nb08b import _budget, _right, _side
+from tests.support.notebook_cells import exercise_pairs, stub_hints
+from tests.support.sweep import SWEEP_SEEDS
+from tests.support.wrong_answers.nb08b import _budget, _right, _side
 
 NAME = "08b_flops_memory.ipynb"
 

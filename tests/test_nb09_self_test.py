@@ -2,7 +2,7 @@
 messages; running the notebook does not answer the quiz before the learner has tried.
 
 The contract of both exercise checks (solution passes, stub fails, hints give no line of an answer, every
-distractor and wrong answer of tests/wrong_answers/nb09.py fails with its fragment, the slow sweep) is in
+distractor and wrong answer of tests/support/wrong_answers/nb09.py fails with its fragment, the slow sweep) is in
 tests/test_exercise_contracts.py.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from course_tools.checks import CheckFailed
 from course_tools.checks import nb09_self_test as checks
 from course_tools.quiz import check
-from tests.notebook_cells import ROOT, exercise_pairs, run_source, stub_hints
-from tests.quiz_leaks import graded_hits, literals
+from tests.support.notebook_cells import ROOT, exercise_pairs, run_source, stub_hints
+from tests.support.quiz_leaks import graded_hits, literals
 
 NAME = "09_self_test.ipynb"
 

@@ -1,6 +1,6 @@
 """The exercises of 11_multi_process: what is special to their checks (any balanced partition passes, the course's
 rule, the generators left alone). The contract (solution passes, stub fails, hints, every typical wrong answer
-of tests/wrong_answers/nb11.py fails with its fragment, demo cells, the slow sweep) is in
+of tests/support/wrong_answers/nb11.py fails with its fragment, demo cells, the slow sweep) is in
 tests/test_exercise_contracts.py.
 The notebook's two-process launcher (course_tools.lab.multi_process.run_ranks) is tested too: a failing rank is reported with
 its traceback and takes the other rank down, and a hung job ends at its timeout.
@@ -16,9 +16,9 @@ import nbformat
 import pytest
 
 from course_tools.checks.nb11_multi_process import check_rank_batch, check_strip_module_prefix
-from tests.notebook_cells import ROOT, authored_code_lines, exercise_pairs, run_source
-from tests.sweep import failure_twice
-from tests.wrong_answers.nb11 import _ORDER, WRONG_PREFIX, WRONG_SHARE
+from tests.support.notebook_cells import ROOT, authored_code_lines, exercise_pairs, run_source
+from tests.support.sweep import failure_twice
+from tests.support.wrong_answers.nb11 import _ORDER, WRONG_PREFIX, WRONG_SHARE
 
 NAME = "11_multi_process.ipynb"
 

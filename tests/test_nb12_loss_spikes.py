@@ -1,15 +1,15 @@
 """The diagnosis exercise of 12_loss_spikes: what is special to its check (the reference, targeted hints, the
 cases it protects, a hint naming no cause) and the case generator: the reference rule names the cause each case
 was built with. The contract (solution passes, stub fails, hints, every typical wrong answer of
-tests/wrong_answers/nb12.py fails, the slow sweep) is in tests/test_exercise_contracts.py.
+tests/support/wrong_answers/nb12.py fails, the slow sweep) is in tests/test_exercise_contracts.py.
 """
 
 import pytest
 
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb12_loss_spikes import CAUSES, check_cases, check_diagnose, reference_cause
-from tests.notebook_cells import exercise_pairs, run_source, stub_hints
-from tests.wrong_answers.nb12 import WRONG
+from tests.support.notebook_cells import exercise_pairs, run_source, stub_hints
+from tests.support.wrong_answers.nb12 import WRONG
 
 NAME = "12_loss_spikes.ipynb"
 

@@ -1,5 +1,5 @@
 """The shared stub-hint helpers catch a hint that gives away a line of the answer."""
-from tests.notebook_cells import answer_lines_in, stub_hints
+from tests.support.notebook_cells import answer_lines_in, stub_hints
 
 SOLUTION = '''def f(x):
     ### BEGIN SOLUTION 提示: 先归一化

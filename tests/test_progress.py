@@ -19,7 +19,7 @@ from course_tools import ledger as ledger_module, progress
 from course_tools.cells import NOTEBOOK_GLOB
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08_time_estimate import check_estimate_hours
-from tests.notebook_cells import ROOT, tagged_sources
+from tests.support.notebook_cells import ROOT, tagged_sources
 
 RIGHT = "def estimate_hours(n, e, b, s):\n    return n * e / b / s / 3600\n"
 WRONG = "def estimate_hours(n, e, b, s):\n    return n * e / s / 3600\n"  # the batch size forgotten

@@ -72,7 +72,7 @@ def test_release_main_reports_an_authoring_error_and_writes_nothing(tmp_path, mo
 
 
 def test_a_long_hint_is_wrapped_within_the_width_and_keeps_its_message():
-    from tests.notebook_cells import stub_hints
+    from tests.support.notebook_cells import stub_hints
 
     hint = "提示: 先收集所有非 None 的梯度,求全局 L2 范数;超过阈值时所有梯度乘同一个系数,返回裁剪前的范数" * 2
     stub = release.strip_solutions(f"def f():\n    ### BEGIN SOLUTION {hint}\n    return 1\n    ### END SOLUTION")

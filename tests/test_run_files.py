@@ -25,7 +25,7 @@ from course_utils import durable, repro
 from course_utils.runfolder import RunFolder
 from course_utils.signals import StopSignal
 from course_utils.sinks import JsonlSink, read_metrics
-from tests.notebook_cells import ROOT
+from tests.support.notebook_cells import ROOT
 
 OLD_METRICS = '{"split": "train", "step": 1}\n{"split": "train", "step": 2}\n'
 

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from tests.texts import learner_texts, squash
+from tests.support.texts import learner_texts, squash
 
 # (pattern on whitespace-free text, why it is wrong)
 FIXED_CLAIMS = [

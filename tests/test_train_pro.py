@@ -8,8 +8,8 @@ import pytest
 from course_utils.checkpoint import CheckpointManager, load_verified
 from course_utils.monitor import read_metrics
 from course_utils.schedule import lr_at
-from tests.pro_runs import REFERENCE_3_EPOCHS as ARGS
-from tests.pro_runs import finish, newest_checkpoint, run, start, status, train_losses, train_records, wait_for_step
+from tests.support.pro_runs import REFERENCE_3_EPOCHS as ARGS
+from tests.support.pro_runs import finish, newest_checkpoint, run, start, status, train_losses, train_records, wait_for_step
 
 pytestmark = pytest.mark.slow
 # ARGS: 15 steps per epoch, 45 steps in all, a checkpoint every 4 steps, 2 DataLoader workers

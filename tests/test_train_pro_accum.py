@@ -24,8 +24,8 @@ from torch import nn
 from course_utils.amp import make_grad_scaler
 from course_utils.clipping import clip_gradients
 from course_utils.monitor import read_metrics
-from tests.pro_runs import REFERENCE, finish, load_script, run_all, start, status, train_losses
-from tests.torchrun_jobs import job_processes, kill_job, launch
+from tests.support.pro_runs import REFERENCE, finish, load_script, run_all, start, status, train_losses
+from tests.support.torchrun_jobs import job_processes, kill_job, launch
 
 SCRIPT = load_script()
 

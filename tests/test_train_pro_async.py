@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.checkpoint import CheckpointManager, load_verified
-from tests.pro_runs import SCRIPT, TINY, finish, start, status, train_losses
+from tests.support.pro_runs import SCRIPT, TINY, finish, start, status, train_losses
 
 pytestmark = pytest.mark.slow
 # 15 steps per epoch, 30 steps in all, a checkpoint every 4 steps, 2 DataLoader workers (forked while a save

@@ -17,7 +17,7 @@ import pytest
 
 from course_utils.cli import unchecked_options
 from course_utils.runfolder import ExitCode
-from tests.pro_runs import SCRIPT, command, load_script, poisoned_torch
+from tests.support.pro_runs import SCRIPT, command, load_script, poisoned_torch
 
 # Nonsense for every option that takes a value; the test below requires an entry per option.
 BAD_VALUES = {

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from course_tools import cputime
-from tests.pro_runs import finish, status, train_losses
-from tests.torchrun_jobs import job_processes, launch
+from tests.support.pro_runs import finish, status, train_losses
+from tests.support.torchrun_jobs import job_processes, launch
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 6  # --hang-timeout of these tests: a tiny step is ~15 ms, the slowest beat (start of an attempt) < 2 s

@@ -7,7 +7,7 @@ import time
 import torch
 
 from course_utils.monitor import Monitor, read_metrics
-from tests.pro_runs import TINY, run, train_records
+from tests.support.pro_runs import TINY, run, train_records
 
 
 def test_every_timed_train_record_has_a_finite_mfu_in_the_unit_interval(reference):

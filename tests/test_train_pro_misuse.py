@@ -19,9 +19,9 @@ import torch
 
 from course_utils.checkpoint import load_verified, save_verified
 from course_utils.schedule import lr_at
-from tests.pro_runs import REFERENCE as BASE
-from tests.pro_runs import REFERENCE_STEPS as TOTAL
-from tests.pro_runs import (TINY, fake_cifar, finish, last_step, listing, run, run_all,
+from tests.support.pro_runs import REFERENCE as BASE
+from tests.support.pro_runs import REFERENCE_STEPS as TOTAL
+from tests.support.pro_runs import (TINY, fake_cifar, finish, last_step, listing, run, run_all,
                             start, status, train_losses, train_records, wait_for_step)
 
 pytestmark = pytest.mark.slow

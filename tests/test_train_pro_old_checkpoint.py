@@ -20,8 +20,8 @@ import shutil
 import pytest
 
 from course_utils.monitor import read_metrics
-from tests.notebook_cells import ROOT
-from tests.pro_runs import TINY, run, status, train_losses
+from tests.support.notebook_cells import ROOT
+from tests.support.pro_runs import TINY, run, status, train_losses
 
 pytestmark = pytest.mark.slow  # starts the script
 

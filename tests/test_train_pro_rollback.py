@@ -31,9 +31,9 @@ from course_utils.data import epoch_order, load_cifar10, take_fraction
 from course_utils.monitor import read_metrics
 from course_utils.rollback import SKIPPED_FILE
 from course_utils.schedule import lr_at
-from tests.pro_runs import (STEPS_PER_EPOCH, TINY, command, finish, load_script, run, run_all, status, train_losses,
+from tests.support.pro_runs import (STEPS_PER_EPOCH, TINY, command, finish, load_script, run, run_all, status, train_losses,
                              wait_for_step)
-from tests.torchrun_jobs import kill_job, launch
+from tests.support.torchrun_jobs import kill_job, launch
 
 pytestmark = pytest.mark.slow  # every test here starts the script: out of the quick loop
 

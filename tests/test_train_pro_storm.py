@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pro_runs import TINY, newest_checkpoint, run_all, start, train_losses
+from tests.support.pro_runs import TINY, newest_checkpoint, run_all, start, train_losses
 
 pytestmark = pytest.mark.slow
 # 2 epochs of 15 steps; 2 DataLoader workers; a checkpoint every 5 steps; a flush every 3

@@ -18,7 +18,7 @@ from course_utils import data, runfolder
 from course_utils.alerts import RecentSteps, SpikeDetector
 from course_utils.monitor import Monitor
 from course_utils.runfolder import Refused, RunFolder, config_changes, read_status
-from tests.pro_runs import fake_cifar
+from tests.support.pro_runs import fake_cifar
 
 
 def test_claim_refuses_a_second_holder_and_releases_on_exit(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "GLOSSARY.md"
 
 

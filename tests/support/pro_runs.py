@@ -29,8 +29,8 @@ from course_tools import interrupt
 from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
-from tests.forkserver import shared_server
-from tests.notebook_cells import ROOT
+from tests.support.forkserver import shared_server
+from tests.support.notebook_cells import ROOT
 
 SCRIPT = ROOT / "solutions" / "homework" / "train_cifar_pro.py"
 STEPS_PER_EPOCH = 15  # 500 training images (COURSE_FAST, --data-fraction 0.1) // batch 32
@@ -55,7 +55,7 @@ def start(out: Path, *args: str, interpreter: Interpreter, env: dict | None = No
           **popen: Any) -> subprocess.Popen:
     """Start the script (``kill_after``: see :func:`command`); stdout and stderr together in ``proc.stdout`` (text).
 
-    ``interpreter``, said at every call (tests/README.md): "forked" from the fork server (``tests/forkserver.py``:
+    ``interpreter``, said at every call (tests/README.md): "forked" from the fork server (``tests/support/forkserver.py``:
     torch already imported, so the script's own start-up is not exercised), or "fresh", a real interpreter
     (start-up, imports, an ``env`` or ``popen`` options of its own). A forked run takes neither ``env`` nor a
     ``popen`` option other than ``start_new_session``, and a server that cannot fork fails the test: never a
@@ -147,7 +147,7 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, args: list[s
                launch: Callable[..., subprocess.Popen] | None = None) -> Path:
     """The finished, uninterrupted run of ``args`` in the session's folder ``name``: the first xdist worker to ask
     makes it under a lock, the others wait and reuse it. Read it; copy it before running in it. ``launch(out,
-    *args)`` starts it another way (torchrun: ``tests/torchrun_jobs.shared_job``); by default a fresh interpreter."""
+    *args)`` starts it another way (torchrun: ``tests/support/torchrun_jobs.shared_job``); by default a fresh interpreter."""
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the folder all workers share
     out = root / name

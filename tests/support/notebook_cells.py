@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tagged_sources(path: Path, tag: str) -> list[str]:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import IO
 
 from course_tools.checks.nb10_homework import HEALTHY, TRAIN, TWIN, UPGRADES
-from tests.forkserver import shared_server
-from tests.notebook_cells import ROOT
+from tests.support.forkserver import shared_server
+from tests.support.notebook_cells import ROOT
 
 FAKES = ROOT / "tests" / "fixtures" / "homework_fake"
 PATCHES = [ROOT / "solutions" / "homework" / u.patch for u in UPGRADES]  # the reference answer's commits
@@ -47,11 +47,11 @@ LEARNER_IMPORTS = ("torch.nn.functional", "torch.utils.tensorboard", "matplotlib
 
 
 class ForkingLauncher:
-    """A ``homework_runs.Launcher`` that forks each run from a server (``tests/forkserver.py``) that did the
+    """A ``homework_runs.Launcher`` that forks each run from a server (``tests/support/forkserver.py``) that did the
     imports once, one server per environment a check passes; a server that cannot fork fails the test (a run
     never starts as a real interpreter behind the test's back: the launch tests ask for ``LOCAL``).
 
-    What a forked run does not share with a fresh interpreter is listed in ``tests/forkserver.py`` (the
+    What a forked run does not share with a fresh interpreter is listed in ``tests/support/forkserver.py`` (the
     start-up, the ``str`` hash seed): the tests that exercise those (the launch tests here, the class
     grading, ``solutions/10_homework.ipynb``) start real ones.
     """

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.pro_runs import SCRIPT, STEPS_PER_EPOCH, TINY, shared_run
+from tests.support.pro_runs import SCRIPT, STEPS_PER_EPOCH, TINY, shared_run
 
 ARGS = [*TINY, "--epochs", "2", "--ckpt-every-steps", "3", "--log-every", "1", "--workers", "1"]
 TOTAL_STEPS = 2 * STEPS_PER_EPOCH  # 2 epochs of 15 global batches of 32 (16 per process)

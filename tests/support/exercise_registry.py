@@ -1,11 +1,11 @@
 """One record per exercise of the workbook, for the contract tests of tests/test_exercise_contracts.py.
 
 A record names the notebook, the function its tagged exercise cell defines, the check, how the check
-is called with a learner's namespace, the typical wrong answers (tables in tests/wrong_answers/, each
+is called with a learner's namespace, the typical wrong answers (tables in tests/support/wrong_answers/, each
 answer commented with its mistake) and what the sweep and the stub test expect. The notebook's own
 test file keeps only what is special to it (accepted variants, targeted hints, designed cases, text).
 
-To add an exercise: put its wrong answers in tests/wrong_answers/nbNN.py and append an ``Exercise``
+To add an exercise: put its wrong answers in tests/support/wrong_answers/nbNN.py and append an ``Exercise``
 to ``EXERCISES`` below; its contract tests (solution, stub, hint, wrong answers, demo cells, sweep)
 are then collected with ids ``<notebook stem>:<function>``.
 """
@@ -19,10 +19,10 @@ from course_tools.checks import nb04_checkpoint_resume, nb05_reproducibility, nb
 from course_tools.checks import nb07_single_batch_overfit as nb07_checks
 from course_tools.checks import nb08_time_estimate, nb08b_flops_memory, nb09_self_test, nb11_multi_process
 from course_tools.checks import nb12_loss_spikes
-from tests.notebook_cells import run_source
-from tests.sweep import SWEEP_SEEDS
-from tests.wrong_answers import nb01, nb02_accumulation as w02a, nb02_grad_clipping as w02c, nb03, nb04, nb05
-from tests.wrong_answers import nb06, nb07, nb07_batch_mixing as w07b, nb08, nb08b, nb09, nb11, nb12
+from tests.support.notebook_cells import run_source
+from tests.support.sweep import SWEEP_SEEDS
+from tests.support.wrong_answers import nb01, nb02_accumulation as w02a, nb02_grad_clipping as w02c, nb03, nb04, nb05
+from tests.support.wrong_answers import nb06, nb07, nb07_batch_mixing as w07b, nb08, nb08b, nb09, nb11, nb12
 
 Namespace = dict
 # a wrong answer: (make the learner's namespace from the solution's source, a fragment the message must contain)
@@ -162,6 +162,6 @@ EXERCISES: tuple[Exercise, ...] = (
 
 NOTEBOOKS: tuple[str, ...] = tuple(dict.fromkeys(e.notebook for e in EXERCISES))
 
-# notebooks whose demo cells never use what an exercise defines (tests/exercise_isolation.py); in the others a
+# notebooks whose demo cells never use what an exercise defines (tests/support/exercise_isolation.py); in the others a
 # later demo calls the learner's function on purpose (05's set_seed, 06's find_spikes, ...)
 DEMO_ISOLATED: tuple[str, ...] = ("01_amp.ipynb", "02_grad_clipping.ipynb", "03_ema.ipynb", "11_multi_process.ipynb")

@@ -1,6 +1,6 @@
 """Typical wrong answers of notebook 07_single_batch_overfit exercise 3: batch_mixing (bodies of the function; see _SOURCE).
 
-Each is a mistake a learner plausibly makes; its comment says which. Used by tests/exercise_registry.py
+Each is a mistake a learner plausibly makes; its comment says which. Used by tests/support/exercise_registry.py
 and the notebook's own test file.
 """
 from __future__ import annotations

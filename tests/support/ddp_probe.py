@@ -1,6 +1,6 @@
 """Run under torchrun (2 processes, gloo): measures what exact resume under DDP needs (tests/test_ddp_units.py).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_probe.py RESULT.json
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/support/ddp_probe.py RESULT.json
 
 Rank 0 writes RESULT.json. Every case uses a small model with dropout (so the RNG streams matter),
 AdamW (so the optimizer state matters) and a different data shard per rank:
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from course_utils.checkpoint import restore_training_state, training_state  # noqa: E402
 from course_utils.data import rank_share  # noqa: E402
 from course_utils.distributed import (RanksDisagree, World, any_rank, average, broadcast, from_main,  # noqa: E402

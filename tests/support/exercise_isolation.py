@@ -10,7 +10,7 @@ import ast
 
 import nbformat
 
-from tests.notebook_cells import ROOT
+from tests.support.notebook_cells import ROOT
 
 
 def _tags(cell: nbformat.NotebookNode) -> list[str]:

@@ -3,10 +3,10 @@
 Why: a test-sized run of ``solutions/homework/train_cifar_pro.py`` (30 steps) spends about 3 of its
 3.5 CPU-seconds importing torch and, on its first optimizer, ``torch._dynamo``
 (``bench/RESULTS.md`` §5); the tests start about a hundred such runs. The homework checks' tests
-run thousands of torch-free fakes and dozens of real learner scripts (``tests/homework_scripts``:
+run thousands of torch-free fakes and dozens of real learner scripts (``tests/support/homework_scripts``:
 ``FORKED``, ``FORKED_TORCH``), which spend most of their CPU time starting an interpreter.
 
-How: the server (``python tests/forkserver.py FD SETUP``) imports torch (unless told not to), the
+How: the server (``python tests/support/forkserver.py FD SETUP``) imports torch (unless told not to), the
 modules it is given and the script's modules (the script itself under another name, so that its
 ``__main__`` block does not run), then forks one child per request. The child becomes the run: its
 own argv, working folder, environment, session (set before the server reports the pid, as ``Popen``
@@ -24,7 +24,7 @@ client uses a server only for a run whose environment is the one the server star
 and (when imported) NumPy's global generator are reseeded from the OS in each child, as a new
 interpreter seeds them.
 
-The client side is ``ForkServer`` / ``ForkedRun`` (``tests/pro_runs.py`` and ``tests/homework_scripts.py``
+The client side is ``ForkServer`` / ``ForkedRun`` (``tests/support/pro_runs.py`` and ``tests/support/homework_scripts.py``
 use them): a ``subprocess.Popen``-like handle (``pid``, ``stdout``, ``poll``, ``wait``,
 ``communicate``, ``send_signal``, ``terminate``, ``kill``, ``returncode``; ``stdout`` is ``None``
 when the run writes to a file the test passed).

@@ -1,6 +1,6 @@
 """Typical wrong answers of notebook 08b_flops_memory: step_flops and peak_memory_bytes (functions, with the right answers they are edits of).
 
-Each is a mistake a learner plausibly makes; its comment says which. Used by tests/exercise_registry.py
+Each is a mistake a learner plausibly makes; its comment says which. Used by tests/support/exercise_registry.py
 and the notebook's own test file.
 """
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Typical wrong answers of the exercises, one data module per notebook (see tests/exercise_registry.py)."""
