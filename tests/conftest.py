@@ -1,5 +1,6 @@
 """Fixtures shared by the test modules (pytest finds them here; no module imports them).
 
+- ``fresh_interpreter_mark`` (autouse): a test marked ``fresh_interpreter`` cannot fork a run.
 - ``workbook_threads``: torch at the workbook's CPU thread policy for the 50-seed sweeps, restored after.
 - ``reference`` / ``reference_3_epochs``: the professional script's uninterrupted runs, made once per
   session in a real interpreter and shared by every xdist worker (``tests/support/pro_runs.shared_run``);
@@ -16,7 +17,19 @@ import torch
 
 from course_utils.env import configure_cpu_threads
 from tests.support.pro_runs import REFERENCE, REFERENCE_3_EPOCHS, REFERENCE_STEPS, shared_run, train_losses
+from tests.support.forkserver import fresh_only
 from tests.support.torchrun_jobs import TOTAL_STEPS, shared_job
+
+
+@pytest.fixture(autouse=True)
+def fresh_interpreter_mark(request):
+    """A test marked ``fresh_interpreter`` starts real interpreters only: a forked start inside it raises
+    (``tests/support/forkserver.fresh_only``). Mark the tests about start-up, imports or the environment."""
+    if request.node.get_closest_marker("fresh_interpreter") is None:
+        yield
+        return
+    with fresh_only(request.node.nodeid):
+        yield
 
 
 @pytest.fixture

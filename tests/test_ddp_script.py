@@ -34,7 +34,7 @@ from course_utils.monitor import read_metrics
 from tests.support.pro_runs import STEPS_PER_EPOCH, finish, newest_checkpoint, status, train_losses, train_records
 from tests.support.torchrun_jobs import MARKER, TOTAL_STEPS as TOTAL, job_processes, kill_job, launch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fresh_interpreter]  # torchrun starts real interpreters: their start-up is tested
 
 
 def incomplete_saves(out: Path) -> set[str]:

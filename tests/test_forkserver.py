@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -123,3 +124,22 @@ def test_a_torch_free_server_forks_any_script_with_its_environment_into_a_file(t
     monkeypatch.setenv("PROBE_VALUE", "2")
     assert server.usable()  # it is now (PYTEST_CURRENT_TEST aside)
     server.close()
+
+
+@pytest.mark.fresh_interpreter
+def test_a_test_marked_fresh_interpreter_cannot_fork_a_run(server, tmp_path):
+    """The mark (tests/conftest.py) makes every forked start in the test raise, the professional script's and the
+    homework checks' launchers included; a real interpreter still starts."""
+    from tests.support.homework_scripts import FORKED
+    from tests.support.pro_runs import finish, start
+
+    with pytest.raises(RuntimeError, match="marked fresh_interpreter"):
+        server.start(["exit"])
+    with pytest.raises(RuntimeError, match="marked fresh_interpreter"):
+        start(tmp_path / "forked", "--help", interpreter="forked")
+    (tmp_path / "script.py").write_text("pass\n", encoding="utf-8")
+    with open(tmp_path / "log", "w") as log, pytest.raises(RuntimeError, match="marked fresh_interpreter"):
+        FORKED([sys.executable, str(tmp_path / "script.py")], cwd=tmp_path, env=dict(os.environ), stdout=log,
+               writable=tmp_path)
+    code, output = finish(start(tmp_path / "fresh", "--help", interpreter="fresh"), 120)
+    assert code == 0 and "--accum-steps" in output, output

@@ -288,6 +288,7 @@ class RecordingLauncher:
         return homework_runs.LOCAL(argv, cwd=cwd, env=env, stdout=stdout, writable=writable)
 
 
+@pytest.mark.fresh_interpreter  # how a check launches: a real interpreter
 def test_upgrade_run_passes_launcher_workdir_and_commit_through(tmp_path, capsys):
     folder = fake_train(tmp_path / "hw").parent
     launcher = RecordingLauncher()

@@ -19,7 +19,7 @@ from course_tools import cputime
 from tests.support.pro_runs import finish, status, train_losses
 from tests.support.torchrun_jobs import job_processes, launch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fresh_interpreter]  # real interpreters: the start of an attempt is timed
 TIMEOUT = 6  # --hang-timeout of these tests: a tiny step is ~15 ms, the slowest beat (start of an attempt) < 2 s
 SAVES = sorted({3 * k for k in range(1, 11)} | {15, 30})  # ARGS: --ckpt-every-steps 3, epochs of 15 steps
 

@@ -193,6 +193,7 @@ def test_lr_explosion_resumes_from_the_last_good_checkpoint_with_the_new_lr(tmp_
     assert history == [{"max_steps": [24, 45], "lr": [3e-3, 1e4]}, {"lr": [1e4, 3e-3]}]
 
 
+@pytest.mark.fresh_interpreter  # its own COURSE_DATA
 def test_a_truncated_real_data_file_stops_the_run(tmp_path):
     fake_cifar(tmp_path / "data", truncate="data_batch_1")
     proc = start(tmp_path / "run", *BASE, env={**os.environ, "COURSE_DATA": str(tmp_path / "data")},
@@ -203,6 +204,7 @@ def test_a_truncated_real_data_file_stops_the_run(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+@pytest.mark.fresh_interpreter  # its own file-size limit, set before the script starts
 def test_a_full_disk_gives_one_line_with_the_path_and_keeps_the_checkpoints(reference, tmp_path):
     out = copy_of(reference, tmp_path)
     newest = (out / "checkpoints" / "step_00000030.pt").read_bytes()

@@ -40,7 +40,9 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 MESSAGE = 1 << 20  # the largest request (argv, folder, environment) or reply, in bytes
 PER_TEST = "PYTEST_CURRENT_TEST"  # pytest changes it at every test: not part of the environment compared
@@ -283,7 +285,11 @@ class ForkServer:
     def start(self, args: list[str], cwd: str | None = None, new_session: bool = False, *,
               script: str | None = None, env: dict[str, str] | None = None,
               stdout: int | None = None) -> ForkedRun | None:
-        """Fork ``python SCRIPT ARGS``; its output goes to a pipe (``run.stdout``) or the open file ``stdout``."""
+        """Fork ``python SCRIPT ARGS``; its output goes to a pipe (``run.stdout``) or the open file ``stdout``.
+        Inside :func:`fresh_only` (a test marked ``fresh_interpreter``) this raises instead."""
+        if FRESH_ONLY:
+            raise RuntimeError(f"{FRESH_ONLY[-1]} is marked fresh_interpreter, but this run would be forked: "
+                               "start it with interpreter='fresh' (or the checks' LOCAL launcher)")
         if not self.usable(env):
             return None
         if stdout is None:
@@ -324,6 +330,21 @@ class ForkServer:
                 run._forked(reply["pid"])
             else:
                 run._finished(reply["code"])
+
+
+FRESH_ONLY: list[str] = []  # the tests running now that may start real interpreters only (fresh_only)
+
+
+@contextmanager
+def fresh_only(test: str) -> Iterator[None]:
+    """While the block runs, every forked start raises: ``test`` (a test id) is about a real interpreter's start-up,
+    imports or environment, which a forked run skips. tests/conftest.py wraps each test marked
+    ``fresh_interpreter`` in it."""
+    FRESH_ONLY.append(test)
+    try:
+        yield
+    finally:
+        FRESH_ONLY.remove(test)
 
 
 _SHARED: dict[tuple, ForkServer] = {}  # this process's servers, one per setup and environment
