@@ -2,12 +2,10 @@
 
 For each exercise: the check passes the solution (✅ printed) and fails the released stub with the
 not-finished message; the stub's hints give away no line of the answer; every typical wrong answer
-fails with its fragment (tests/support/wrong_answers/); the slow 50-seed sweep gets the same verdicts. For
+fails with its fragment (tests/support/wrong_answers/); the slow 50-seed sweeps are test_exercise_sweeps.py. For
 each notebook of DEMO_ISOLATED: its demo cells never call an exercise (tests/support/exercise_isolation.py).
 """
 from __future__ import annotations
-
-import re
 
 import pytest
 
@@ -21,15 +19,6 @@ BY_ID = {e.id: e for e in EXERCISES}
 assert len(BY_ID) == len(EXERCISES), "two records with one id"
 
 WRONG_CASES = [pytest.param(e, name, id=f"{e.id}:{name}") for e in EXERCISES for name in e.wrong]
-SWEPT = [pytest.param(e, id=e.id) for e in EXERCISES if e.sweep_seeds is not None]
-
-
-def _pair(exercise: Exercise) -> tuple[str, str]:
-    """(solution source, released stub source) of the exercise; both define its function."""
-    solution, stub = exercise_pairs(exercise.notebook)[exercise.index]
-    for source in (solution, stub):
-        assert f"def {exercise.function}(" in source, (exercise.id, source[:200])
-    return solution, stub
 
 
 def _fails(exercise: Exercise, name: str, ns: dict) -> str:
@@ -39,14 +28,6 @@ def _fails(exercise: Exercise, name: str, ns: dict) -> str:
     with pytest.raises(CheckFailed) as info:
         exercise.run(ns)
     return str(info.value)
-
-
-def _names_fragment(exercise: Exercise, fragment: str | None, message: str) -> None:
-    if exercise.expect_prefix:
-        assert message.startswith("期望"), message
-    if fragment:
-        found = re.search(fragment, message) if exercise.regex else fragment in message
-        assert found, (fragment, message)
 
 
 def test_ids_are_as_documented():
@@ -61,7 +42,7 @@ def test_each_exercise_cell_has_one_record(notebook):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_solution_passes(exercise, capsys):
-    solution, _ = _pair(exercise)
+    solution, _ = exercise.pair()
     exercise.run(run_source(solution))
     out = capsys.readouterr().out
     assert out.startswith("✅") if exercise.solution_starts else "✅" in out, out
@@ -69,7 +50,7 @@ def test_solution_passes(exercise, capsys):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_stub_fails_as_not_finished(exercise):
-    _, stub = _pair(exercise)
+    _, stub = exercise.pair()
     assert "raise NotImplementedError" in stub and "### BEGIN SOLUTION" not in stub
     ns = run_source(stub)
     if exercise.stub_raises:
@@ -80,7 +61,7 @@ def test_stub_fails_as_not_finished(exercise):
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_stub_hints_give_no_line_of_the_answer(exercise):
-    solution, stub = _pair(exercise)
+    solution, stub = exercise.pair()
     hints = stub_hints(stub)
     if exercise.hint_count is not None:
         assert len(hints) == exercise.hint_count, hints
@@ -93,28 +74,10 @@ def test_stub_hints_give_no_line_of_the_answer(exercise):
 @pytest.mark.parametrize("exercise, name", WRONG_CASES)
 def test_wrong_answer_fails_with_its_fragment(exercise, name):
     make, fragment = exercise.wrong[name]
-    solution, _ = _pair(exercise)
-    _names_fragment(exercise, fragment, _fails(exercise, name, make(solution)))
+    solution, _ = exercise.pair()
+    exercise.assert_names(fragment, _fails(exercise, name, make(solution)))
 
 
 @pytest.mark.parametrize("notebook", DEMO_ISOLATED, ids=lambda n: n.removesuffix(".ipynb"))
 def test_demo_cells_never_call_an_exercise(notebook):
     assert demo_cells_using_exercises(notebook) == []
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("exercise", SWEPT)
-def test_verdicts_do_not_depend_on_the_seed(exercise, request):
-    if exercise.sweep_threads:
-        request.getfixturevalue("workbook_threads")
-    solution, _ = _pair(exercise)
-    right = run_source(solution)
-    wrong = {name: (make(solution), fragment) for name, (make, fragment) in exercise.wrong.items()}
-    assert wrong, exercise.id
-    for seed in exercise.sweep_seeds:
-        exercise.run(right, seed=seed)
-        for name, (ns, fragment) in wrong.items():
-            with pytest.raises(CheckFailed) as info:
-                exercise.run(ns, seed=seed)
-            if exercise.sweep_fragments:
-                _names_fragment(exercise, fragment, str(info.value))

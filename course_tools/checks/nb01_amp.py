@@ -9,7 +9,7 @@ threshold is small, so clipping fires on every good step, and one step carries a
 input, which must be skipped. Each typical mistake (clipping before ``unscale_``, no
 ``scaler.scale``, a forgotten ``update``, ``optimizer.step()`` instead of
 ``scaler.step``, no ``zero_grad``, the post-clip norm returned, no clipping, no autocast)
-fails for every seed, with a hint naming it; ``tests/test_exercise_contracts.py`` sweeps 50 seeds.
+fails for every seed, with a hint naming it; ``tests/test_exercise_sweeps.py`` sweeps 50 seeds.
 
 ``check_needs_scaler(fn)`` asks about fp32, bf16, fp16 and fp64 (no randomness).
 """

@@ -14,7 +14,7 @@ train step ``step_fn(model, optimizer, scaler, x, y, max_norm)`` really limits t
 applied update. It runs on hidden candidate steps, correct and buggy, in an order
 shuffled by ``seed``, with torch's global RNG seeded from ``seed`` before each call,
 so a constant answer cannot pass and an audit that relies on outside RNG state is
-caught by the 50-seed sweep in ``tests/test_exercise_contracts.py``.
+caught by the 50-seed sweep in ``tests/test_exercise_sweeps.py``.
 """
 from __future__ import annotations
 

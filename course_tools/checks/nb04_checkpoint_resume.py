@@ -9,7 +9,7 @@ augmentation noise, torch draws the dropout masks. It saves with the learner's
 ``load_checkpoint`` and continues M steps. The losses must match step by step. The
 check names the first missing element: weights, optimizer, scheduler, then each
 generator's state. Everything is derived from ``seed``, so a wrong answer fails for
-every seed (``tests/test_exercise_contracts.py`` sweeps 50).
+every seed (``tests/test_exercise_sweeps.py`` sweeps 50).
 
 Example::
 

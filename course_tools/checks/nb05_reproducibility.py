@@ -3,7 +3,7 @@
 The check is deterministic: both seeds it passes and the scrambling in between come
 from its ``seed`` argument. A wrong answer (a generator left out, a constant seed, a
 new ``np.random.default_rng`` instead of the global RNG, CUDA not seeded) fails for
-every value of ``seed``; ``tests/test_exercise_contracts.py`` sweeps 50 of them.
+every value of ``seed``; ``tests/test_exercise_sweeps.py`` sweeps 50 of them.
 
 Example::
 

@@ -5,7 +5,7 @@
 
 Both checks are deterministic: ``seed`` fixes every model, batch and case, and the cases are
 chosen so that each typical wrong answer fails on every seed (``tests/support/wrong_answers/nb07*.py`` keep the
-wrong answers, ``tests/test_exercise_contracts.py`` sweeps 50 seeds). ``check_diagnose`` uses small MLPs with 3 to 100 classes
+wrong answers, ``tests/test_exercise_sweeps.py`` sweeps 50 seeds). ``check_diagnose`` uses small MLPs with 3 to 100 classes
 and different label mixes, so no fixed threshold on the loss separates the bugs: the starting
 loss is about ln(classes), re-shuffled labels plateau near the entropy of the batch's labels,
 and the softmax-twice floor is ln(e + C - 1) - 1. Only the shape of the curve and the grad norm

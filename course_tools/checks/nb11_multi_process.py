@@ -16,7 +16,7 @@ same outputs; exactly one leading ``module.`` goes, nothing else; the argument i
 as it was. Layer names are chosen so that ``str.replace`` and ``str.lstrip`` fail.
 
 Both checks derive every size and value from ``seed``; a wrong answer fails for every
-seed (``tests/test_exercise_contracts.py`` sweeps 50).
+seed (``tests/test_exercise_sweeps.py`` sweeps 50).
 
 Example::
 

@@ -11,6 +11,7 @@ are then collected with ids ``<notebook stem>:<function>``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -19,7 +20,7 @@ from course_tools.checks import nb04_checkpoint_resume, nb05_reproducibility, nb
 from course_tools.checks import nb07_single_batch_overfit as nb07_checks
 from course_tools.checks import nb08_time_estimate, nb08b_flops_memory, nb09_self_test, nb11_multi_process
 from course_tools.checks import nb12_loss_spikes
-from tests.support.notebook_cells import run_source
+from tests.support.notebook_cells import exercise_pairs, run_source
 from tests.support.sweep import SWEEP_SEEDS
 from tests.support.wrong_answers import nb01, nb02_accumulation as w02a, nb02_grad_clipping as w02c, nb03, nb04, nb05
 from tests.support.wrong_answers import nb06, nb07, nb07_batch_mixing as w07b, nb08, nb08b, nb09, nb11, nb12
@@ -60,6 +61,21 @@ class Exercise:
 
     def run(self, ns: Namespace, **kwargs: Any) -> Any:
         return (self.call or call_one(self.function))(self.check, ns, **kwargs)
+
+    def pair(self) -> tuple[str, str]:
+        """(solution source, released stub source) of the exercise; both define its function."""
+        solution, stub = exercise_pairs(self.notebook)[self.index]
+        for source in (solution, stub):
+            assert f"def {self.function}(" in source, (self.id, source[:200])
+        return solution, stub
+
+    def assert_names(self, fragment: str | None, message: str) -> None:
+        """A wrong answer's failure ``message`` starts with 期望 (where the record asks) and holds ``fragment``."""
+        if self.expect_prefix:
+            assert message.startswith("期望"), message
+        if fragment:
+            found = re.search(fragment, message) if self.regex else fragment in message
+            assert found, (fragment, message)
 
 
 def sources(table: Mapping[str, tuple[str, str | None]], template: str = "{body}") -> dict[str, Wrong]:
