@@ -55,6 +55,17 @@ def slowest_tests(xml_path: Path, n: int = 25) -> list[dict]:
     return sorted(cases, key=lambda c: -c["seconds"])[:n]
 
 
+def failures(xml_path: Path) -> list[dict]:
+    """Each failed or erroring test case with the end of its report (what pytest printed for it)."""
+    found = []
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        for bad in (case.find("failure"), case.find("error")):
+            if bad is not None:
+                text = (bad.get("message") or "") + "\n" + (bad.text or "")
+                found.append({"test": f"{file_of(case)}::{case.get('name')}", "report": text[-3000:]})
+    return found
+
+
 def summarize(xml_path: Path) -> list[dict]:
     per_file: dict[str, dict] = defaultdict(lambda: {"seconds": 0.0, "tests": 0, "failed": 0, "skipped": 0})
     for case in ET.parse(xml_path).getroot().iter("testcase"):
@@ -68,13 +79,14 @@ def summarize(xml_path: Path) -> list[dict]:
     return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
 
 
+FAILURES: list[dict] = []  # the failed tests of this invocation's runs, with their reports
 SUITE_BUDGET_S = 480.0   # the README's `pytest`: the brief's 8 minutes (decided in issue 31)
 QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"`: the brief's 2 minutes
 
 
 def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None, list[dict]]:
     """One pytest run: wall seconds, exit code, its last line, per-file rows (None without a report), the
-    slowest tests."""
+    slowest tests; the reports of failed tests are printed and kept in ``FAILURES``."""
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}", *pytest_args]
@@ -85,6 +97,9 @@ def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | Non
         if not xml.exists():
             print(proc.stdout[-3000:], proc.stderr[-3000:])
             return wall, proc.returncode or 1, last, None, []
+        for failure in failures(xml):
+            FAILURES.append(failure)
+            print(f"FAILED {failure['test']}\n{failure['report']}\n")
         return wall, proc.returncode, last, summarize(xml), slowest_tests(xml)
 
 
@@ -125,7 +140,7 @@ def main(argv=None) -> int:
                                      "wall_s": wall, "exit_code": code, "budgets": [
                                          {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c}
                                          for n, s_, b, c in checks],
-                                     "passed": not missed, "table": text, "slowest_tests": slowest}, args.json)
+                                     "passed": not missed, "table": text, "slowest_tests": slowest, "failures": FAILURES}, args.json)
     print(f"\nJSON: {path}")
     return 1 if missed else 0
 
