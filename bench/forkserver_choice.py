@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
 import runpy
 import statistics
 import subprocess
