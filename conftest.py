@@ -24,11 +24,16 @@ def _share_the_cpu() -> None:
     about fourfold: its OpenMP threads wait for each other at every operation (``bench/threads.py``).
     A value the caller set is kept.
     """
-    if os.environ.get("OMP_NUM_THREADS", "").strip():
+    if os.environ.get("OMP_NUM_THREADS", "").strip() and not os.environ.get(_OURS):
         return
     from course_utils.env import usable_cores
+    # In the controller no worker count is known yet (its workers inherit its environment and recompute here)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     os.environ["OMP_NUM_THREADS"] = str(max(1, (usable_cores() - 1) // workers))
+    os.environ[_OURS] = "1"
+
+
+_OURS = "COURSE_TEST_THREADS"  # set beside OMP_NUM_THREADS when this file chose it (a worker may recompute it)
 
 
 _share_the_cpu()
@@ -44,12 +49,16 @@ SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "05_reproducibility.ipynb", "06_
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (pyproject): one pytest-xdist worker more than the usable cores, at most 8.
+    """``-n auto`` (pyproject): one pytest-xdist worker more than the usable cores, at most 8
+    (``PYTEST_XDIST_AUTO_NUM_WORKERS``, when set, still decides; ``-n N`` does not call this hook).
 
     Part of the suite waits instead of computing: sandboxed cells run to their wall-clock backstop, hang
     tests wait for their watchdog, kill tests for the moment to strike. With one worker per core the quiet
     2-core machine sat idle 16% of the run (vmstat); a third worker fills some of it (``bench/suite_time.py``:
-    593 s with 2 workers, 541 s with 3). Beyond 8 the longest file, not the worker count, sets the time."""
+    593 s with 2 workers, 541 s with 3). The cap of 8 is a guess: with ``--dist loadfile`` the longest file
+    bounds the wall time anyway."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     from course_utils.env import usable_cores
     return min(usable_cores() + 1, 8)
 

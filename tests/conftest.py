@@ -1,6 +1,6 @@
-"""Fixtures shared by the test modules (pytest finds them here; no module imports them).
+"""Fixtures and hooks shared by the test modules (pytest finds them here; no module imports them).
 
-- ``fresh_interpreter_mark`` (autouse): a test marked ``fresh_interpreter`` cannot fork a run.
+- the ``fresh_interpreter`` mark (the two hooks below): no run forks while a marked test or its fixtures start.
 - ``workbook_threads``: torch at the workbook's CPU thread policy for the 50-seed sweeps, restored after.
 - ``reference`` / ``reference_3_epochs``: the professional script's uninterrupted runs, made once per
   session in a real interpreter and shared by every xdist worker (``tests/support/pro_runs.shared_run``);
@@ -21,15 +21,23 @@ from tests.support.forkserver import fresh_only
 from tests.support.torchrun_jobs import TOTAL_STEPS, shared_job
 
 
-@pytest.fixture(autouse=True)
-def fresh_interpreter_mark(request):
-    """A test marked ``fresh_interpreter`` starts real interpreters only: a forked start inside it raises
-    (``tests/support/forkserver.fresh_only``). Mark the tests about start-up, imports or the environment."""
-    if request.node.get_closest_marker("fresh_interpreter") is None:
-        yield
-        return
-    with fresh_only(request.node.nodeid):
-        yield
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A test marked ``fresh_interpreter`` starts real interpreters only: a forked start while its fixtures are
+    set up (module- and session-scoped ones made for it included) raises (``tests/support/forkserver.fresh_only``)."""
+    if item.get_closest_marker("fresh_interpreter") is None:
+        return (yield)
+    with fresh_only(item.nodeid):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """... and while the test runs. Mark the tests about start-up, imports or the environment."""
+    if item.get_closest_marker("fresh_interpreter") is None:
+        return (yield)
+    with fresh_only(item.nodeid):
+        return (yield)
 
 
 @pytest.fixture

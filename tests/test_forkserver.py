@@ -143,3 +143,18 @@ def test_a_test_marked_fresh_interpreter_cannot_fork_a_run(server, tmp_path):
                writable=tmp_path)
     code, output = finish(start(tmp_path / "fresh", "--help", interpreter="fresh"), 120)
     assert code == 0 and "--accum-steps" in output, output
+
+
+@pytest.fixture(scope="module")
+def forked_in_setup(server) -> str:
+    """What forking says while a marked test's module-scoped fixture is set up."""
+    try:
+        server.start(["exit"]).communicate(30)
+    except RuntimeError as exc:
+        return str(exc)
+    return "forked"
+
+
+@pytest.mark.fresh_interpreter
+def test_the_mark_covers_the_fixtures_a_marked_test_sets_up(forked_in_setup):
+    assert "marked fresh_interpreter" in forked_in_setup

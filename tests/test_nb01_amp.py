@@ -1,6 +1,6 @@
 """Notebook 01 (AMP): what is special to its checks. The contract (solution passes, stub fails, hints, every
-typical wrong answer of tests/support/wrong_answers/nb01.py fails with its fragment, demo cells, the slow sweep) is in
-tests/test_exercise_contracts.py.
+typical wrong answer of tests/support/wrong_answers/nb01.py fails with its fragment, demo cells) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

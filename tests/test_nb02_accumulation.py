@@ -1,7 +1,8 @@
 """02's gradient-accumulation check (exercise 3): the accepted variants pass (with its default seed and, slow
 sweep, with 50 other seeds) and answers that are not a loss fail. The contract (solution passes, stub fails,
 hints, every typical wrong answer of tests/support/wrong_answers/nb02_accumulation.py fails twice with its fragment,
-demo cells, the slow sweep) is in tests/test_exercise_contracts.py.
+demo cells) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Notebook 02 (gradient clipping, exercises 1 and 2): what is special to its checks. The contract (solution
 passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb02_grad_clipping.py fails with its
-fragment, demo cells, the slow sweep) is in tests/test_exercise_contracts.py.
+fragment, demo cells) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Notebook 03 (EMA): what is special to it. The contract of its check (solution passes, stub fails, hints,
-every typical wrong answer of tests/support/wrong_answers/nb03.py fails with its fragment, demo cells, the slow sweep)
-is in tests/test_exercise_contracts.py.
+every typical wrong answer of tests/support/wrong_answers/nb03.py fails with its fragment, demo cells)
+is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

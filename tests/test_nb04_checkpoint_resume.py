@@ -1,7 +1,7 @@
 """Notebook 04 (checkpoint and resume): what is special to its check (the four generators saved, the learner's
 generators and threads left alone, each part of the state really matters) and its text. The contract (solution
-passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb04.py fails with its fragment,
-the slow sweep) is in tests/test_exercise_contracts.py.
+passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb04.py fails with its fragment) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

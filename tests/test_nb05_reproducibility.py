@@ -1,7 +1,8 @@
 """The set_seed exercise of 05_reproducibility: what is special to its check (it restores the CUDA seeding
 function and the learner's generator) and the notebook's statistics rule. The contract (solution passes, stub
-fails, hints, every typical wrong answer of tests/support/wrong_answers/nb05.py fails with its fragment, the slow sweep)
-is in tests/test_exercise_contracts.py.
+fails, hints, every typical wrong answer of tests/support/wrong_answers/nb05.py fails with its fragment)
+is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 
 import pytest

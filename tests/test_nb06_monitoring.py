@@ -1,7 +1,7 @@
 """The spike-detector exercise of 06_monitoring: what is special to its check (the reference, the targeted
 hint) and the case generator itself: each designed case really has the answer it was built for. The contract
-(solution passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb06.py fails, the slow
-sweep) is in tests/test_exercise_contracts.py.
+(solution passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb06.py fails)
+is in tests/test_exercise_contracts.py, its 50-seed sweep in tests/test_exercise_sweeps.py.
 """
 import math
 

@@ -1,7 +1,7 @@
 """07's batch-dependency check (exercise 3): its accepted variants, and its helper
 ``course_utils.debug.batch_mixing``. The contract (solution passes, stub fails, hints, every typical wrong
-answer of tests/support/wrong_answers/nb07_batch_mixing.py fails twice with its fragment, the slow sweep) is in
-tests/test_exercise_contracts.py.
+answer of tests/support/wrong_answers/nb07_batch_mixing.py fails twice with its fragment) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """07_single_batch_overfit's checks: what is special to them (cases that defeat final-loss thresholds, the
 diagnose hint, the global generator left alone, three distinct mystery bugs). The contract of exercises 1-3
 (solution passes, stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb07.py and
-nb07_batch_mixing.py fails with its fragment, the slow sweep) is in tests/test_exercise_contracts.py.
+nb07_batch_mixing.py fails with its fragment) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

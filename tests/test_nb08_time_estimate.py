@@ -1,7 +1,7 @@
 """The exercise check of 08_time_estimate: what is special to it (the chapter's example, no number of the hint
 passes, rounded step counts accepted, a crash caught, the digits of a near miss). The contract (solution passes,
-stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb08.py fails naming its mistake, the slow
-sweep) is in tests/test_exercise_contracts.py.
+stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb08.py fails naming its mistake)
+is in tests/test_exercise_contracts.py, its 50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

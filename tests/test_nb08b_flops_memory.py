@@ -84,7 +84,7 @@ def test_counting_the_input_logits_and_biases_either_way_is_accepted():
 
 @pytest.mark.slow
 def test_memory_accepted_verdict_does_not_depend_on_the_seed():
-    # the solution and the wrong answers with the same seeds: tests/test_exercise_contracts.py
+    # the solution and the wrong answers with the same seeds: tests/test_exercise_sweeps.py
     inputs_and_logits = lambda w, b: _budget(w, b) + 4 * b * (w[0] + w[-1])   # also right
     for seed in SWEEP_SEEDS:
         check_peak_memory(inputs_and_logits, seed=seed)

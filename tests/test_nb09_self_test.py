@@ -2,8 +2,8 @@
 messages; running the notebook does not answer the quiz before the learner has tried.
 
 The contract of both exercise checks (solution passes, stub fails, hints give no line of an answer, every
-distractor and wrong answer of tests/support/wrong_answers/nb09.py fails with its fragment, the slow sweep) is in
-tests/test_exercise_contracts.py.
+distractor and wrong answer of tests/support/wrong_answers/nb09.py fails with its fragment) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 from __future__ import annotations
 

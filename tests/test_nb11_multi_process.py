@@ -1,7 +1,7 @@
 """The exercises of 11_multi_process: what is special to their checks (any balanced partition passes, the course's
 rule, the generators left alone). The contract (solution passes, stub fails, hints, every typical wrong answer
-of tests/support/wrong_answers/nb11.py fails with its fragment, demo cells, the slow sweep) is in
-tests/test_exercise_contracts.py.
+of tests/support/wrong_answers/nb11.py fails with its fragment, demo cells) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 The notebook's two-process launcher (course_tools.lab.multi_process.run_ranks) is tested too: a failing rank is reported with
 its traceback and takes the other rank down, and a hung job ends at its timeout.
 """

@@ -1,7 +1,8 @@
 """The diagnosis exercise of 12_loss_spikes: what is special to its check (the reference, targeted hints, the
 cases it protects, a hint naming no cause) and the case generator: the reference rule names the cause each case
 was built with. The contract (solution passes, stub fails, hints, every typical wrong answer of
-tests/support/wrong_answers/nb12.py fails, the slow sweep) is in tests/test_exercise_contracts.py.
+tests/support/wrong_answers/nb12.py fails) is in tests/test_exercise_contracts.py, its
+50-seed sweep in tests/test_exercise_sweeps.py.
 """
 
 import pytest
