@@ -1,11 +1,11 @@
 """The tests' fork server (tests/support/forkserver.py) against the standard library's forkserver with a preload.
 
 Issue 31 asked to try ``multiprocessing``'s forkserver (``set_forkserver_preload(["torch"])``) before keeping
-the custom protocol. Both fork a process that imported torch once; this measures, side by side in one run,
+the custom protocol. Both fork a process that imported torch once; this measures, one after another in one run,
 the time from start to exit of a tiny torch script (median of ``--runs``), and what each gives a test without
 extra code: the run's own output pipe, ``atexit`` at the end, the exit status of ``sys.exit(7)``. The standard
-library's child writes to the server's stdout and skips ``atexit`` (multiprocessing ends its children with
-``os._exit``): matching a real interpreter would take the same fd passing, session, cwd, environment and
+library's child writes to the server's stdout and skips ``atexit`` (multiprocessing ends forkserver and fork
+children with ``os._exit``): matching a real interpreter would take the same fd passing, session, cwd, environment and
 end-of-run code the custom server already has, so it is kept.
 
     python bench/forkserver_choice.py            # writes bench/results/forkserver_choice.json
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["torch"])
 
-        def stdlib():  # its output goes to the forkserver's stdout, not to a pipe of this run
+        def stdlib():  # its output goes to the forkserver's stdout, not to a pipe of this run: None, by construction
             process = context.Process(target=run_path, args=(str(script),))
             process.start()
             process.join()

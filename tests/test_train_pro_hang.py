@@ -114,7 +114,7 @@ def test_stuck_dataloader_worker_of_a_plain_run_is_caught_and_the_resume_is_exac
 
 
 def test_straggler_is_reported_not_killed_and_nothing_trips_beside_cpu_hogs(tmp_path):
-    """Rank 1 sleeps 50 ms in every data phase, two CPU hogs beside the job (one per core), the default --hang-timeout:
+    """Rank 1 sleeps 50 ms in every data phase, two CPU hogs beside the job (one per core on the 2-core machine), the default --hang-timeout:
     the run finishes, rank 1 is named a straggler once, and each rank's times are in metrics.jsonl."""
     out = tmp_path / "straggler"
     with cputime.cpu_hogs(2):
