@@ -15,6 +15,9 @@ os.environ.update(quiet_environ())  # small sizes, same code path; wandb offline
 os.environ.update(STRICT_ENV)       # a notebook sentence contradicted by its own output fails the run
 
 
+_OURS = "COURSE_TEST_THREADS"  # set beside OMP_NUM_THREADS when this file chose it (a worker may recompute it)
+
+
 def _share_the_cpu() -> None:
     """Split the workbook's CPU thread policy (cores - 1) among pytest-xdist's workers.
 
@@ -31,9 +34,6 @@ def _share_the_cpu() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     os.environ["OMP_NUM_THREADS"] = str(max(1, (usable_cores() - 1) // workers))
     os.environ[_OURS] = "1"
-
-
-_OURS = "COURSE_TEST_THREADS"  # set beside OMP_NUM_THREADS when this file chose it (a worker may recompute it)
 
 
 _share_the_cpu()

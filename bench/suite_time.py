@@ -22,6 +22,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -79,14 +80,25 @@ def summarize(xml_path: Path) -> list[dict]:
     return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
 
 
-FAILURES: list[dict] = []  # the failed tests of this invocation's runs, with their reports
 SUITE_BUDGET_S = 480.0   # the README's `pytest`: the brief's 8 minutes (decided in issue 31)
 QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"`: the brief's 2 minutes
 
 
-def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | None, list[dict]]:
+@dataclass
+class Run:
     """One pytest run: wall seconds, exit code, its last line, per-file rows (None without a report), the
-    slowest tests; the reports of failed tests are printed and kept in ``FAILURES``."""
+    slowest tests, the failed tests with their reports."""
+
+    wall: float
+    code: int
+    last: str
+    rows: list[dict] | None = None
+    slowest: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+
+
+def timed_run(pytest_args: list[str]) -> Run:
+    """Run pytest with ``pytest_args``; the failed tests' reports are printed as they are found."""
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-o", "junit_family=xunit1", f"--junitxml={xml}", *pytest_args]
@@ -96,11 +108,11 @@ def timed_run(pytest_args: list[str]) -> tuple[float, int, str, list[dict] | Non
         last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if not xml.exists():
             print(proc.stdout[-3000:], proc.stderr[-3000:])
-            return wall, proc.returncode or 1, last, None, []
-        for failure in failures(xml):
-            FAILURES.append(failure)
+            return Run(wall, proc.returncode or 1, last)
+        run = Run(wall, proc.returncode, last, summarize(xml), slowest_tests(xml), failures(xml))
+        for failure in run.failures:
             print(f"FAILED {failure['test']}\n{failure['report']}\n")
-        return wall, proc.returncode, last, summarize(xml), slowest_tests(xml)
+        return run
 
 
 def main(argv=None) -> int:
@@ -111,7 +123,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     info = machine_info()
     print(header(info))
-    wall, code, last, rows, slowest = timed_run(args.pytest_args)
+    run = timed_run(args.pytest_args)
+    wall, code, last, rows, slowest = run.wall, run.code, run.last, run.rows, run.slowest
+    found = list(run.failures)
     if rows is None:
         return code
     total = sum(r["seconds"] for r in rows)
@@ -124,7 +138,9 @@ def main(argv=None) -> int:
     if not args.pytest_args:
         checks.append(("pytest", wall, SUITE_BUDGET_S, code))
         if not args.no_quick:
-            quick_wall, quick_code, quick_last, _, _ = timed_run(["-m", "not slow"])
+            quick = timed_run(["-m", "not slow"])
+            quick_wall, quick_code, quick_last = quick.wall, quick.code, quick.last
+            found += quick.failures
             text += f'\npytest -m "not slow" wall time {quick_wall:.1f} s (exit {quick_code}): {quick_last}'
             checks.append(('pytest -m "not slow"', quick_wall, QUICK_BUDGET_S, quick_code))
     for name, seconds, budget, exit_code in checks:
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
                                      "wall_s": wall, "exit_code": code, "budgets": [
                                          {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c}
                                          for n, s_, b, c in checks],
-                                     "passed": not missed, "table": text, "slowest_tests": slowest, "failures": FAILURES}, args.json)
+                                     "passed": not missed, "table": text, "slowest_tests": slowest, "failures": found}, args.json)
     print(f"\nJSON: {path}")
     return 1 if missed else 0
 

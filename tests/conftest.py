@@ -10,6 +10,7 @@ See tests/README.md for the launchers, the slow rule and the budgets.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -21,22 +22,22 @@ from tests.support.forkserver import fresh_only
 from tests.support.torchrun_jobs import TOTAL_STEPS, shared_job
 
 
+def _fresh_guard(item) -> contextlib.AbstractContextManager:
+    """A test marked ``fresh_interpreter`` starts real interpreters only (tests about start-up, imports or the
+    environment): while it and the fixtures set up for it run (module- and session-scoped ones made for it
+    included), a forked start raises (``tests/support/forkserver.fresh_only``)."""
+    return fresh_only(item.nodeid) if item.get_closest_marker("fresh_interpreter") else contextlib.nullcontext()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    """A test marked ``fresh_interpreter`` starts real interpreters only: a forked start while its fixtures are
-    set up (module- and session-scoped ones made for it included) raises (``tests/support/forkserver.fresh_only``)."""
-    if item.get_closest_marker("fresh_interpreter") is None:
-        return (yield)
-    with fresh_only(item.nodeid):
+    with _fresh_guard(item):
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """... and while the test runs. Mark the tests about start-up, imports or the environment."""
-    if item.get_closest_marker("fresh_interpreter") is None:
-        return (yield)
-    with fresh_only(item.nodeid):
+    with _fresh_guard(item):
         return (yield)
 
 

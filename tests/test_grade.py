@@ -368,15 +368,27 @@ def test_tmpfs_mounts_come_before_the_read_only_binds(tmp_path):
     assert args[-4:] == ["--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-def _box_run(sources, tmp_path, cell_timeout=30.0, grace=2.0, use_sandbox=True):
-    box = sandbox.KernelBox(tmp_path, sandbox.Limits(), 1, use_sandbox)
-    try:
+def _box_runs(runs, folders, cell_timeout=30.0, grace=2.0, use_sandbox=True):
+    """Each list of cell sources in a kernel box of its own (in its folder), side by side as the grader runs its
+    kernels: [(result, seconds of that run)]."""
+    boxes = [sandbox.KernelBox(folder, sandbox.Limits(), 1, use_sandbox) for folder in folders]
+
+    async def timed(sources, box):
         start = time.monotonic()
-        result = asyncio.run(run_cells(list(enumerate(sources)), box, cell_timeout=cell_timeout,
-                                       budget=Budget(120), grace=grace))
+        result = await run_cells(list(enumerate(sources)), box, cell_timeout=cell_timeout, budget=Budget(120),
+                                 grace=grace)
         return result, time.monotonic() - start
+    try:
+        async def all_runs():
+            return await asyncio.gather(*(timed(sources, box) for sources, box in zip(runs, boxes)))
+        return asyncio.run(all_runs())
     finally:
-        box.close()
+        for box in boxes:
+            box.close()
+
+
+def _box_run(sources, tmp_path, **options):
+    return _box_runs([sources], [tmp_path], **options)[0]
 
 
 def test_sandboxed_kernel_sees_nothing_of_the_host(sandbox_ok, tmp_path, monkeypatch):
@@ -437,19 +449,10 @@ def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs, 
     reason shown, not the outcome."""
     monkeypatch.setattr(grade_kernel, "WALL_FACTOR", 20)
     work = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end:\n    pass"
-    for name in ("honest", "loop"):
-        (tmp_path / name).mkdir()
-    boxes = [sandbox.KernelBox(tmp_path / name, sandbox.Limits(), 1, True) for name in ("honest", "loop")]
-
-    async def side_by_side():  # as the grader runs its kernels (and the hogs are busy for half the time)
-        return await asyncio.gather(*(run_cells(list(enumerate(sources)), box, cell_timeout=3, budget=Budget(120),
-                                                grace=2.0)
-                                      for sources, box in zip(([work, "x = 1"], ["while True:\n    pass"]), boxes)))
-    try:
-        honest, loop = asyncio.run(side_by_side())
-    finally:
-        for box in boxes:
-            box.close()
+    folders = [tmp_path / "honest", tmp_path / "loop"]
+    for folder in folders:
+        folder.mkdir()
+    (honest, _), (loop, _) = _box_runs([[work, "x = 1"], ["while True:\n    pass"]], folders, cell_timeout=3)
     assert honest.stop is None and [c.status for c in honest.cells.values()] == ["ok", "ok"], honest.cells
     assert honest.cells[0].seconds > 3, honest.cells[0]     # a 3 s wall-clock limit would have failed it
     assert loop.stop.status == "timeout" and loop.stop.ename == "KeyboardInterrupt", loop.stop   # CPU, not the backstop

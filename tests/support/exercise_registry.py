@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import pytest
+
 from course_tools.checks import nb01_amp, nb02_accumulation, nb02_grad_clipping, nb03_ema
 from course_tools.checks import nb04_checkpoint_resume, nb05_reproducibility, nb06_monitoring
 from course_tools.checks import nb07_single_batch_overfit as nb07_checks
@@ -46,7 +48,7 @@ class Exercise:
     stub_message: str = "练习尚未完成"     # what the check's failure on the released stub says
     stub_raises: Callable[[Namespace], Any] | None = None  # calls the stub's function(s): NotImplementedError
     hint_count: int | None = None         # how many raise NotImplementedError(...) hints the stub has
-    hint_min_chars: int | None = 8        # answer_lines_in's min_chars; None: no hint test for this exercise
+    hint_min_chars: int = 8               # answer_lines_in's min_chars (0: short lines count too)
     regex: bool = False                   # fragments are regular expressions (pytest.raises(match=...))
     twice: tuple[str, ...] = ()           # wrong answers that must fail twice with the same message
     expect_prefix: bool = False           # every wrong answer's message starts with 期望 (sweep.fails_naming)
@@ -101,7 +103,6 @@ def _self_test_answers(solution: str, qid: str, wrong: Any) -> Namespace:
 def _raises(*calls: Callable[[Namespace], Any]) -> Callable[[Namespace], None]:
     """Call each ``calls(namespace)`` expecting NotImplementedError (the test asserts it per call)."""
     def run(ns: Namespace) -> None:
-        import pytest
         for c in calls:
             with pytest.raises(NotImplementedError):
                 c(ns)
