@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 
 __all__ = ["check_amp_train_step", "check_needs_scaler", "HINTS"]
 
@@ -72,7 +73,7 @@ def _norm_hint(norm: float, ref_norm: float, max_norm: float, step: int, scale: 
 
 
 def _one_run(fn, seed: int, d_in: int, hidden: int, classes: int, batch: int) -> None:
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     ref_model = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, classes))
     model = copy.deepcopy(ref_model)
     ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.05, momentum=0.9)

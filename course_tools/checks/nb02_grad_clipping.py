@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 from course_utils.clipping import clip_gradients
 
 
@@ -250,7 +251,7 @@ def check_clip_audit(fn, seed: int = 1234) -> None:
     order = list(HIDDEN_CANDIDATES)
     rng.shuffle(order)
     for step_fn, truth, description, hint in order:
-        torch.manual_seed(rng.randrange(1_000_000))  # an audit that builds no seeded inputs is caught by the sweep
+        seed_cpu(rng.randrange(1_000_000))  # an audit that builds no seeded inputs is caught by the sweep
         verdict = call_learner(fn, step_fn)
         expect(isinstance(verdict, bool) or (isinstance(verdict, torch.Tensor) and verdict.numel() == 1),
                "返回 True/False", f"{type(verdict).__name__}", "返回一个布尔值:裁剪是否真的把施加的更新限制在阈值上")

@@ -22,6 +22,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 
 
 __all__ = ["check_ema_update", "HINTS"]
@@ -44,7 +45,7 @@ def check_ema_update(fn, seed: int = 1234, steps: int = 40) -> None:
     rnd = random.Random(seed)
     d_in, d_hidden, d_out = rnd.randint(3, 8), rnd.randint(4, 12), rnd.randint(2, 5)
     decay = rnd.uniform(0.7, 0.95)
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.BatchNorm1d(d_hidden), nn.ReLU(), nn.Linear(d_hidden, d_out))
     ema_model = copy.deepcopy(model)
     reference = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_tools.checks import call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 from course_utils.schedule import make_scheduler
 
 
@@ -37,7 +38,7 @@ _N, _BATCH = 128, 16
 
 
 def _build(init_seed: int, total_steps: int) -> tuple[nn.Module, torch.optim.Optimizer, object]:
-    torch.manual_seed(init_seed)
+    seed_cpu(init_seed)
     model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
     scheduler = make_scheduler(optimizer, warmup_steps=4, total_steps=total_steps)

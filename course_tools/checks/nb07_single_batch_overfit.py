@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_tools.checks import call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 from course_utils.clipping import global_grad_norm
 from course_utils.debug import batch_mixing as reference_mixing
 from course_utils.debug import overfit_one_batch as reference_overfit
@@ -143,7 +144,7 @@ def diagnose_curves(seed: int = 1234) -> tuple[Curve, ...]:
             g = torch.Generator().manual_seed(case_seed)
             x = torch.randn(n, _FEATURES, generator=g)
             y = torch.randint(0, drawn, (n,), generator=g)
-            torch.manual_seed(case_seed + 1)
+            seed_cpu(case_seed + 1)
             losses, norms = train_with_bug(bug, _mlp(classes), x, y, steps=_STEPS, seed=case_seed + 2)
             curves.append(Curve(bug, classes, tuple(losses), tuple(norms)))
     order = rng.permutation(len(curves))
@@ -186,7 +187,7 @@ _OVERFIT_LR, _COMPARED = 5e-3, 20  # check_overfit_one_batch's learning rate, an
 def _overfit_case(seed: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """The model and batch of ``check_overfit_one_batch`` for ``seed`` (the learner's global RNG left alone)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_cpu(seed)
         model = _mlp(10)
         g = torch.Generator().manual_seed(seed + 1)
         return model, torch.randn(16, _FEATURES, generator=g), torch.randint(0, 10, (16,), generator=g)
@@ -276,7 +277,7 @@ _MIX_WHAT = {
 def mixing_model(case: str, seed: int) -> nn.Module:
     """The model of one of ``MIXING_CASES`` (weights fixed by ``seed``; the global RNG left alone)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_cpu(seed)
         if case == "pairs":
             return _PairMix()
         if case == "faint":

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from course_tools.checks import call_learner, exercise_check, expect, fail, passed
+from course_tools.checks.seeding import seed_cpu
 from course_utils.estimate import MemoryBudget, StepFlops, measured_memory, training_flops
 
 __all__ = ["FLOPS_REL_TOL", "exercise_model", "check_step_flops", "MEMORY_REL_TOL", "exercise_mlp",
@@ -98,7 +99,7 @@ def exercise_mlp(widths: list[int]) -> nn.Sequential:
 def _measured(widths: tuple[int, ...], batch_size: int) -> MemoryBudget:
     """One AdamW step of ``exercise_mlp(widths)`` on a batch, its memory counted tensor by tensor (shapes only matter)."""
     with torch.random.fork_rng():
-        torch.manual_seed(0)
+        seed_cpu(0)
         model = exercise_mlp(list(widths))
         x, y = torch.randn(batch_size, widths[0]), torch.randint(0, widths[-1], (batch_size,))
         return measured_memory(model, torch.optim.AdamW(model.parameters()), x, y)
