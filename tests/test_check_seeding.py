@@ -18,9 +18,8 @@ def test_seed_cpu_gives_the_cpu_stream_of_torch_manual_seed():
     assert torch.equal(torch.nn.Linear(3, 2).weight, expected[1])
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.is_initialized(), reason="CUDA seeds run at once")
 def test_seed_cpu_leaves_the_other_devices_alone(monkeypatch):
-    """torch.manual_seed also queues a seed for every GPU with the caller's stack; seed_cpu does neither."""
+    """torch.manual_seed also queues a seed-all for CUDA, XPU and MTIA, each with the caller's stack; seed_cpu queues none."""
     def no_stack(*args, **kwargs):
         raise AssertionError("a GPU seed was queued")
 

@@ -12,7 +12,7 @@ instead of an in-place update, element-wise clamping.
 ``check_clip_audit(fn, seed)``: ``fn(step_fn)`` must say whether the clipping inside a
 train step ``step_fn(model, optimizer, scaler, x, y, max_norm)`` really limits the
 applied update. It runs on hidden candidate steps, correct and buggy, in an order
-shuffled by ``seed``, with torch's global RNG seeded from ``seed`` before each call,
+shuffled by ``seed``, with torch's global CPU generator seeded from ``seed`` before each call,
 so a constant answer cannot pass and an audit that relies on outside RNG state is
 caught by the 50-seed sweep in ``tests/test_exercise_sweeps.py``.
 """
