@@ -19,7 +19,7 @@ from urllib.parse import quote
 from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_tools.checks.upgrades import UPGRADE_LIST
 from course_tools.ledger import NOTEBOOKS, ledger_path, load
-from course_tools.release import width
+from course_tools.columns import width
 
 __all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "still_open", "text",
            "html_table", "show", "main"]

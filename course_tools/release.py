@@ -23,13 +23,13 @@ import os
 import re
 import sys
 import time
-import unicodedata
 from pathlib import Path
 
 import nbformat
 
 from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
 from course_tools.claims import STRICT_ENV
+from course_tools.columns import width
 from course_tools.noninteractive import quiet_environ
 
 __all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "width", "raise_lines", "strip_solutions",
@@ -48,11 +48,6 @@ _BREAK_AFTER = (";;,,、。::)", " ")      # where a long hint is wrapped: after
 
 class AuthoringError(ValueError):
     """A mistake in a solution notebook that would break the learner copy or its grading."""
-
-
-def width(text: str) -> int:
-    """Display columns of ``text``: a wide (CJK) character takes two."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def _pieces(hint: str, room: int) -> list[str]:

@@ -350,3 +350,13 @@ def test_every_learner_copy_ends_with_its_open_exercises(ledger, capsys):
     ledger_module.record_check(first[1].check, True)
     progress.still_open(found[0].notebook)
     assert f"本笔记本的 {len(first)} 个练习都通过了" in capsys.readouterr().out
+
+
+def test_the_last_cell_of_a_notebook_imports_neither_nbformat_nor_torch():
+    """``still_open`` ends every notebook and every graded kernel: importing ``course_tools.progress`` in a fresh
+    interpreter must not pull in nbformat (about 0.9 s: jsonschema builds rfc3987_syntax's grammars) or torch."""
+    code = ("import sys, course_tools.progress\n"
+            "print(sorted(m for m in ('nbformat', 'jsonschema', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
