@@ -32,7 +32,7 @@ from course_tools.claims import STRICT_ENV
 from course_tools.columns import width
 from course_tools.noninteractive import quiet_environ
 
-__all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "width", "raise_lines", "strip_solutions",
+__all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "raise_lines", "strip_solutions",
            "learner_notebook", "solution_paths", "render", "execute", "main"]
 
 

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from course_tools import release
+from course_tools.columns import width
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08b_flops_memory import check_peak_memory, check_step_flops
 from tests.support.notebook_cells import exercise_pairs, stub_hints
@@ -35,7 +36,7 @@ def test_every_printed_line_of_the_stored_run_fits_in_jupyterlab():
              for out in cell.outputs if out.output_type == "stream" for line in out.text.splitlines()]
     assert any(line.startswith("aten::") for _, line in lines)   # the profiler table of §2 is there
     too_wide = [f"#{index}: {line}" for index, line in lines
-                if release.width(line) > release.WIDTH and not line.startswith("数据: ")]
+                if width(line) > release.WIDTH and not line.startswith("数据: ")]
     assert not too_wide, too_wide
 
 

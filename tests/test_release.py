@@ -3,6 +3,7 @@ import nbformat
 import pytest
 
 from course_tools import release
+from course_tools.columns import width
 
 
 def test_notebooks_are_up_to_date_with_solutions(capsys):
@@ -76,7 +77,7 @@ def test_a_long_hint_is_wrapped_within_the_width_and_keeps_its_message():
 
     hint = "提示: 先收集所有非 None 的梯度,求全局 L2 范数;超过阈值时所有梯度乘同一个系数,返回裁剪前的范数" * 2
     stub = release.strip_solutions(f"def f():\n    ### BEGIN SOLUTION {hint}\n    return 1\n    ### END SOLUTION")
-    assert len(stub.splitlines()) > 3 and max(map(release.width, stub.splitlines())) <= release.WIDTH
+    assert len(stub.splitlines()) > 3 and max(map(width, stub.splitlines())) <= release.WIDTH
     assert stub_hints(stub) == [hint]
     with pytest.raises(NotImplementedError, match="返回裁剪前的范数"):
         exec(compile(stub + "\nf()", "<stub>", "exec"), {})
@@ -90,7 +91,7 @@ def test_every_learner_exercise_line_fits_and_no_nbval_marker_is_shown():
             markers += [f"{src.name} #{index}"] * (release.NBVAL_MARKER in cell.source)
             if "exercise" in cell.metadata.get("tags", []):
                 too_wide += [f"{src.name} #{index}: {line}" for line in cell.source.splitlines()
-                             if release.width(line) > release.WIDTH]
+                             if width(line) > release.WIDTH]
     assert not too_wide and not markers, (too_wide, markers)
 
 
