@@ -277,14 +277,20 @@ def graded(tmp_path_factory):
 
 
 def _leftovers() -> list[str]:
-    """Command lines of processes the run could have left: the sleepers, kernels, sandboxes."""
+    """Command lines of processes this run could have left: the sleepers, kernels, sandboxes.
+
+    Kernels and sandboxes are this grader's when their folder is ``grade-<this pid>-*``
+    (``sandbox.private_dir``): under xdist another worker may be grading at the same moment,
+    and its live kernels are not this run's leftovers.
+    """
+    mine = f"/grade-{os.getpid()}-"
     found = []
     for pid in os.listdir("/proc"):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "98765" in args or (("ipykernel_launcher" in args or "bwrap" in args) and "/grade-" in args):
+        if "98765" in args or (("ipykernel_launcher" in args or "bwrap" in args) and mine in args):
             found.append(f"{pid}: {args[:200]}")
     return found
 
@@ -340,6 +346,9 @@ def test_nothing_outside_the_scratch_folder_changed(graded):
 def test_no_process_outlives_the_run(graded):
     assert graded["processes"] == []
     assert _leftovers() == []
+    box = sandbox.private_dir()                  # the folder _leftovers() takes as this run's kernels'
+    box.rmdir()
+    assert box.name.startswith(f"grade-{os.getpid()}-")
 
 
 def test_csv_parses_with_a_row_per_learner_per_notebook(graded):
