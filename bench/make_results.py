@@ -1,13 +1,13 @@
 """Refresh the generated blocks of bench/RESULTS.md from bench/results/*.json; the prose around them stays.
 
-Each bench script writes ``bench/results/<name>.json``: a ``machine`` header, its table as printed, and the raw
-numbers. In RESULTS.md the block
+Each bench script writes ``bench/results/<name>.json``: the raw numbers and, for most, a ``machine`` header
+and its table as printed (``bench/under_load.py`` writes no table, so its section is all prose). In RESULTS.md the block
 
     <!-- results: overhead -->
     ...
     <!-- /results -->
 
-holds that run's header line, its table verbatim and the sentences computed from the JSON (ratios, verdicts
+holds that run's ``Command:`` line, its table verbatim and the sentences computed from the JSON (ratios, verdicts
 against targets). Everything outside the blocks is written by hand: the conditions of the run, what the numbers
 mean, history. The pitfall this avoids: a generator that rewrote the whole file erased every hand-written part,
 and a number typed into prose drifts from its JSON when the bench runs again. So a number or a verdict that
@@ -41,9 +41,9 @@ def overhead(d: dict) -> list[str]:
     return [f"Median slowdown {100 * d['overhead']:.2f}% ({within(d['overhead'] <= d['max_overhead'])} the "
             f"{100 * d['max_overhead']:.0f}% limit); pro/bare ratio median {ratio['median']:.3f}, range "
             f"{ratio['min']:.3f}-{ratio['max']:.3f} over {ratio['n']} repeats. Timed directly, the extras (clip, NaN "
-            f"check, EMA, monitor, checkpoint pro rata) take {extras:.2f} ms of the {sum(prof.values()):.0f} ms the "
-            f"profile times per step; the hang watchdog's heartbeat, timed alone, {1e6 * d['heartbeat_s_per_step']:.1f} "
-            f"us per step ({100 * d['heartbeat_fraction']:.4f}% of a step)."]
+            f"check, EMA, monitor, checkpoint pro rata) take {extras:.2f} ms of the {sum(prof.values()):.0f} ms per step "
+            f"that the profile times; the hang watchdog's heartbeat, timed alone, takes "
+            f"{1e6 * d['heartbeat_s_per_step']:.1f} us per step ({100 * d['heartbeat_fraction']:.4f}% of a step)."]
 
 
 def checkpoint_cost(d: dict) -> list[str]:
@@ -54,7 +54,7 @@ def checkpoint_cost(d: dict) -> list[str]:
              f"target); peak extra memory of a synchronous save: {100 * r['memory']:.1f}% of the state "
              f"({within(r['memory'] <= t['memory'])} the {100 * t['memory']:.0f}% target). Load: {r['load']:.2f}x a "
              f"plain `torch.load` in a fresh process ({within(r['load'] <= t['load'])} the {t['load']}x target). "
-             f"Asynchronous save: the loop stalls {r['stall']:.2f}x a plain `torch.save` per save "
+             f"Asynchronous save: each save stalls the loop for {r['stall']:.2f}x the time of a plain `torch.save` "
              f"({within(r['stall'] <= t['stall'])} the {t['stall']}x target). End to end: "
              f"{speed['async saves']:.3f} steps/s with asynchronous saves, {speed['sync saves']:.3f} with synchronous "
              f"ones, {speed['no saves']:.3f} without saving."]
@@ -81,10 +81,18 @@ def amp(d: dict) -> list[str]:
 
 
 def suite_time(d: dict) -> list[str]:
-    parts = [f"`{b['command']}` {b['wall_s']:.0f} s ({within(b['wall_s'] <= b['budget_s'] and b['exit_code'] == 0)} "
-             f"the {b['budget_s']:.0f} s budget, exit code {b['exit_code']})" for b in d["budgets"]]
-    failed = f"; failed: {', '.join(d['failures'])}" if d["failures"] else ""
-    return [f"This run: {'; '.join(parts)}{failed}."]
+    parts = []
+    for b in d["budgets"]:
+        outcome = "no test failed" if b["exit_code"] == 0 else f"exit code {b['exit_code']}"
+        parts.append(f"`{b['command']}` {b['wall_s']:.0f} s ({within(b['wall_s'] <= b['budget_s'])} the "
+                     f"{b['budget_s']:.0f} s budget), {outcome}")
+    lines = [f"This run: {'; '.join(parts)}."]
+    if d["failures"]:
+        lines.append(f"Failed: {', '.join(f['test'] for f in d['failures'])}.")
+    if d.get("slowest_tests"):
+        lines += ["", "The slowest tests of this run:", *(f"- {t['seconds']:.1f} s `{t['test']}`"
+                                                         for t in d["slowest_tests"][:8])]
+    return lines
 
 
 def grading(d: dict) -> list[str]:
@@ -104,8 +112,8 @@ def grading(d: dict) -> list[str]:
                      f"{h['sandbox_s']:.0f} s in the sandbox ({within(h['sandbox_s'] <= h['max_seconds'])} the "
                      f"{h['max_seconds']:.0f} s limit) and {h['plain_s']:.0f} s without it: {100 * h['overhead']:.1f}% "
                      f"overhead ({within(h['overhead'] <= d['max_overhead'])} the {100 * d['max_overhead']:.0f}% "
-                     f"limit; over it in {over} of {len(h['rounds'])} rounds, sandbox/plain s {rounds}); all checks "
-                     f"passed in both arms: {h['all_checks_passed']}.")
+                     f"limit; over it in {over} of {len(h['rounds'])} rounds, sandbox/plain s {rounds}); "
+                     + ("every check passed in both arms." if h["all_checks_passed"] else "a check failed in an arm."))
     return lines
 
 
@@ -119,7 +127,16 @@ def ddp(d: dict) -> list[str]:
 
 
 def peers(d: dict) -> list[str]:
-    return [f"Verdict of this run: {'all goals met' if d['passed'] else 'a goal missed (the line under the ratio table)'}."]
+    missed = []
+    if d.get("throughput"):
+        tp = d["throughput"]
+        if tp["ours_vs_bare"]["median"] < 0.99:
+            missed.append("ours within 1% of the bare loop")
+        if tp["ours_vs_lightning"]["median"] < 1.0:
+            missed.append("ours at least as fast as Lightning")
+    if d.get("resume") and d["resume"]["ours"]["differ"] != 0:
+        missed.append("ours resumes exactly")
+    return [f"Goals missed in this run: {'; '.join(missed)}." if missed else "Every goal was met in this run."]
 
 
 def threads(d: dict) -> list[str]:
@@ -156,7 +173,7 @@ def accumulation(d: dict) -> list[str]:
            for k, runs in sorted(d["runs"].items(), key=lambda kv: int(kv[0]))}
     lowest = min(med, key=lambda k: med[k][0])
     speeds = [s for _, s in med.values()]
-    trend = "rise" if all(a < b for a, b in zip(speeds, speeds[1:])) else "do not rise at every step"
+    trend = "rise" if all(a < b for a, b in zip(speeds, speeds[1:])) else "do not rise at every K"
     return [f"Peak memory is lowest at K={lowest} ({med[lowest][0]:.0f} MiB, {med[lowest][0] / med['1'][0]:.2f}x "
             f"K=1); samples/s {trend} with K (K={max(med, key=int)}: {speeds[-1] / speeds[0]:.2f}x K=1)."]
 
@@ -164,8 +181,9 @@ def accumulation(d: dict) -> list[str]:
 def forkserver_choice(d: dict) -> list[str]:
     t = {k: v["median_s"] for k, v in d["launchers"].items()}
     ours, stdlib, fresh = t["tests/support/forkserver.py"], t["multiprocessing forkserver + preload"], t["fresh interpreter"]
-    return [f"The tests' fork server starts a run in {100 * ours / fresh:.0f}% of a fresh interpreter's time, the "
-            f"standard library's in {100 * stdlib / fresh:.0f}%: faster by {ours - stdlib:.2f} s per run."]
+    faster = "the standard library's" if stdlib < ours else "the tests'"
+    return [f"Of a fresh interpreter's time from start to exit, the tests' fork server takes {100 * ours / fresh:.1f}%, "
+            f"the standard library's {100 * stdlib / fresh:.1f}%: {faster} is faster by {abs(ours - stdlib):.2f} s per run."]
 
 
 VERDICTS: dict[str, Callable[[dict], list[str]]] = {

@@ -346,7 +346,7 @@ def test_nothing_outside_the_scratch_folder_changed(graded):
 def test_no_process_outlives_the_run(graded):
     assert graded["processes"] == []
     assert _leftovers() == []
-    box = sandbox.private_dir()                  # the folder _leftovers() takes as this run's kernels'
+    box = sandbox.private_dir()      # a folder of the kind _leftovers() counts as this run's: grade-<pid>-*
     box.rmdir()
     assert box.name.startswith(f"grade-{os.getpid()}-")
 
