@@ -86,11 +86,13 @@ def suite_time(d: dict) -> list[str]:
         outcome = "no test failed" if b["exit_code"] == 0 else f"exit code {b['exit_code']}"
         parts.append(f"`{b['command']}` {b['wall_s']:.0f} s ({within(b['wall_s'] <= b['budget_s'])} the "
                      f"{b['budget_s']:.0f} s budget), {outcome}")
+    if not parts:   # run with pytest arguments of its own: no budget applies
+        parts = [f"`pytest {' '.join(d['pytest_args'])}` {d['wall_s']:.0f} s, no budget checked"]
     lines = [f"This run: {'; '.join(parts)}."]
     if d["failures"]:
-        lines.append(f"Failed: {', '.join(f['test'] for f in d['failures'])}.")
+        lines.append(f"Failed: {', '.join(dict.fromkeys(f['test'] for f in d['failures']))}.")
     if d.get("slowest_tests"):
-        lines += ["", "The slowest tests of this run:", *(f"- {t['seconds']:.1f} s `{t['test']}`"
+        lines += ["", "The slowest tests of this run's `pytest`:", *(f"- {t['seconds']:.1f} s `{t['test']}`"
                                                          for t in d["slowest_tests"][:8])]
     return lines
 

@@ -92,11 +92,13 @@ def test_each_verdict_compares_its_own_number_with_its_own_limit(make_results):
     suite = json.loads((BENCH / "results" / "suite_time.json").read_text())
     suite["budgets"][0].update(wall_s=490.0, exit_code=0)
     suite["budgets"][1].update(wall_s=90.0, exit_code=1)
-    suite["failures"] = [{"test": "tests/test_x.py::test_y", "report": "AssertionError"}]
+    suite["failures"] = [{"test": "tests/test_x.py::test_y", "report": "AssertionError"}] * 2   # failed in both runs
     lines = make_results.suite_time(suite)
     assert "`pytest` 490 s (OVER the 480 s budget), no test failed" in lines[0]
     assert "90 s (within the 120 s budget), exit code 1" in lines[0]
     assert lines[1] == "Failed: tests/test_x.py::test_y."
+    suite.update(budgets=[], pytest_args=["tests/test_x.py"], wall_s=12.3)
+    assert make_results.suite_time(suite)[0] == "This run: `pytest tests/test_x.py` 12 s, no budget checked."
 
 
 def test_the_peers_verdict_names_the_goal_that_missed(make_results):
