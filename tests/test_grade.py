@@ -514,7 +514,7 @@ def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
     _write(tmp_path / "class" / "ann", loop)
     proc = subprocess.Popen([sys.executable, "-m", "course_tools.grade", str(tmp_path / "class"), "--solutions",
                              str(FIXTURE), "--cell-timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = f"/grade-{proc.pid}-"
+    marker = "/" + sandbox.private_prefix(proc.pid)
     try:
         deadline = time.monotonic() + 90
         while not any("bwrap" in p for p in _processes_mentioning(marker)) and time.monotonic() < deadline:
@@ -529,7 +529,7 @@ def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
             break
         time.sleep(0.1)
     assert _processes_mentioning(marker) == []
-    left = list(Path(sandbox.tempfile.gettempdir()).glob(f"grade-{proc.pid}-*"))
+    left = list(Path(sandbox.tempfile.gettempdir()).glob(sandbox.private_prefix(proc.pid) + "*"))
     assert left                                   # SIGKILL left the grader no time to clean up
     sandbox.private_dir().rmdir()
     assert not any(p.exists() for p in left)

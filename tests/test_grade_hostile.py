@@ -279,11 +279,11 @@ def graded(tmp_path_factory):
 def _leftovers() -> list[str]:
     """Command lines of processes this run could have left: the sleepers, kernels, sandboxes.
 
-    Kernels and sandboxes are this grader's when their folder is ``grade-<this pid>-*``
-    (``sandbox.private_dir``): under xdist another worker may be grading at the same moment,
+    Kernels and sandboxes are this grader's when their folder has this process's
+    ``sandbox.private_prefix`` (``grade_all`` runs here): under xdist another worker may be grading at the same moment,
     and its live kernels are not this run's leftovers.
     """
-    mine = f"/grade-{os.getpid()}-"
+    mine = "/" + sandbox.private_prefix(os.getpid())
     found = []
     for pid in os.listdir("/proc"):
         try:
@@ -355,9 +355,9 @@ def test_nothing_outside_the_scratch_folder_changed(graded):
 def test_no_process_outlives_the_run(graded):
     assert graded["processes"] == []
     assert _leftovers() == []
-    box = sandbox.private_dir()      # a folder of the kind _leftovers() counts as this run's: grade-<pid>-*
+    box = sandbox.private_dir()      # the kernels' folders really carry the prefix _leftovers() looks for
     box.rmdir()
-    assert box.name.startswith(f"grade-{os.getpid()}-")
+    assert box.name.startswith(sandbox.private_prefix(os.getpid()))
 
 
 def test_csv_parses_with_a_row_per_learner_per_notebook(graded):

@@ -73,7 +73,7 @@ from course_tools.sandbox.procs import SandboxPopen, SandboxProcesses
 from course_tools.sandbox.script_box import ScriptBox, folder_size
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
-           "package_roots", "readonly_paths", "kernel_env", "check_available", "private_dir", "Cgroup", "KernelBox",
+           "package_roots", "readonly_paths", "kernel_env", "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox",
            "ScriptBox", "SandboxPopen", "SandboxProcesses", "folder_size"]
 
 INSTALL_HINT = ("请先安装 bubblewrap: Debian/Ubuntu `sudo apt-get install bubblewrap`,Fedora `sudo dnf install "
@@ -134,6 +134,11 @@ def check_available(limits: Limits = Limits()) -> None:
         raise SandboxUnavailable(problem)
 
 
+def private_prefix(pid: int) -> str:
+    """The name prefix of grader ``pid``'s private folders: its kernels' command lines carry ``/<prefix>``."""
+    return f"grade-{pid}-"
+
+
 def private_dir() -> Path:
     """A fresh folder for one grading run's kernel boxes (``grade-<pid>-*`` in the temp folder, mode 0700).
 
@@ -150,4 +155,4 @@ def private_dir() -> Path:
         Cgroup.sweep(Path("/proc/self/cgroup").read_text().splitlines())
     except OSError:
         pass
-    return Path(tempfile.mkdtemp(prefix=f"grade-{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(prefix=private_prefix(os.getpid())))
