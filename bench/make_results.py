@@ -216,11 +216,6 @@ def block(name: str) -> str:
     return "\n".join([f"<!-- results: {name} -->", *body, "<!-- /results -->"])
 
 
-def refresh(text: str) -> str:
-    """``text`` with every block rebuilt from its JSON; everything outside the blocks unchanged."""
-    return BLOCK.sub(lambda m: block(m["name"]), text)
-
-
 def missing_blocks(text: str) -> list[str]:
     """JSON files with a table that RESULTS.md has no block for."""
     named = {m["name"] for m in BLOCK.finditer(text)}
@@ -233,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = BENCH / "RESULTS.md"
     text = path.read_text()
-    new, missing = refresh(text), missing_blocks(text)
-    stale = [m["name"] for m in BLOCK.finditer(text) if m[0] != block(m["name"])]
+    fresh = {m["name"]: block(m["name"]) for m in BLOCK.finditer(text)}
+    stale = [m["name"] for m in BLOCK.finditer(text) if m[0] != fresh[m["name"]]]
+    missing = missing_blocks(text)
     for name in missing:
         print(f"RESULTS.md has no block for results/{name}.json: add `<!-- results: {name} -->` ... "
               "`<!-- /results -->` where its section belongs", file=sys.stderr)
@@ -242,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in stale:
             print(f"stale block: {name} (run python bench/make_results.py)", file=sys.stderr)
         return 1 if stale or missing else 0
-    if new != text:
-        path.write_text(new)
+    if stale:   # every block rebuilt from its JSON; everything outside the blocks unchanged
+        path.write_text(BLOCK.sub(lambda m: fresh[m["name"]], text))
     print(f"RESULTS.md: {len(stale)} block(s) rewritten ({', '.join(stale) or 'none'})")
     return 1 if missing else 0
 
