@@ -321,8 +321,12 @@ class Stragglers:
     """Alerts when one rank is persistently slower than the others: alive, so not a hang, but everyone waits.
 
     ``update(times)`` takes every rank's ``Heartbeat.take_times()`` (rank r's at index r) and returns the
-    ranks whose mean ``busy`` time per step over the last ``window`` steps is over ``ratio`` × the median of
+    ranks whose median ``busy`` time per step over the last ``window`` steps is over ``ratio`` × the median of
     the other ranks' (and at least ``min_gap_s`` more), each once until it recovers.
+
+    Pitfall: a mean lets a few slow steps that hit every rank (a new epoch's DataLoader workers starting, a
+    checkpoint, a busy machine) hide a straggler: a rank 50 ms slower in every step then averaged 1.4x, not
+    1.5x. The median over the window looks past them.
     """
 
     def __init__(self, window: int = 20, ratio: float = 1.5, min_gap_s: float = 0.005) -> None:
@@ -331,22 +335,32 @@ class Stragglers:
         self.flagged: set[int] = set()
 
     def update(self, times: list[dict[str, float]]) -> list[tuple[int, float, float]]:
-        """New stragglers as (rank, its mean busy s/step, the others' median)."""
+        """New stragglers as (rank, its median busy s/step, the others' median)."""
         self.history.append(times)
         while sum(t[0]["steps"] for t in self.history) - self.history[0][0]["steps"] >= self.window:
             self.history.popleft()
         steps = sum(t[0]["steps"] for t in self.history)
         if len(times) < 2 or steps < self.window:
             return []
-        means = [sum(t[r]["busy"] * t[r]["steps"] for t in self.history) / steps for r in range(len(times))]
+        typical = [_median_per_step([(t[r]["busy"], t[r]["steps"]) for t in self.history]) for r in range(len(times))]
         new = []
-        for r, mean in enumerate(means):
-            others = statistics.median(m for q, m in enumerate(means) if q != r)
-            slow = mean > self.ratio * others and mean - others > self.min_gap_s
+        for r, busy in enumerate(typical):
+            others = statistics.median(m for q, m in enumerate(typical) if q != r)
+            slow = busy > self.ratio * others and busy - others > self.min_gap_s
             if slow and r not in self.flagged:
-                new.append((r, mean, others))
+                new.append((r, busy, others))
             (self.flagged.add if slow else self.flagged.discard)(r)
         return new
+
+
+def _median_per_step(values: list[tuple[float, int]]) -> float:
+    """The median step's value, each (mean over an interval, its number of steps) counted once per step."""
+    ordered, half, seen = sorted(values), sum(n for _, n in values) / 2, 0
+    for value, n in ordered:
+        seen += n
+        if seen >= half:
+            return value
+    return ordered[-1][0]
 
 
 def read_heartbeats(folder: str | os.PathLike) -> dict[int, dict[str, Any]]:

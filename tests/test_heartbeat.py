@@ -108,6 +108,17 @@ def test_straggler_rule(busy, flagged):
     assert [rank for rank, _, _ in found] == flagged, "named once, after a full window (1.5x and 5 ms more)"
 
 
+def test_a_straggler_is_named_through_slow_steps_of_every_rank():
+    """Rank 1 is 40 ms slower in every step; two steps of the window are 0.45 s for both (a new epoch's workers
+    starting). Its mean is 1.4x the other's, its median 1.8x: the median names it (the CI run of stop 47 missed)."""
+    stragglers = Stragglers(window=20)
+    found = []
+    for step in range(20):
+        busy = [0.45, 0.45] if step in (0, 15) else [0.050, 0.090]
+        found += stragglers.update([{"steps": 1, "busy": b, "data": 0.0, "wait": 0.0} for b in busy])
+    assert [(rank, round(busy, 3)) for rank, busy, _ in found] == [(1, 0.09)]
+
+
 def test_hang_timeout_too_short_is_refused():
     script = load_script()
     with pytest.raises(SystemExit) as exc:

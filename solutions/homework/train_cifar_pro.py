@@ -656,7 +656,7 @@ def log_ranks(t: Training, times: list[dict[str, float]]) -> None:
         return
     t.monitor.log_ranks(t.step, times)
     for rank, busy, others in t.stragglers.update(times):
-        t.monitor.alert("straggler", f"rank {rank} 持续偏慢: 最近 {t.stragglers.window} 步平均每步忙 {busy * 1e3:.0f} ms,"
+        t.monitor.alert("straggler", f"rank {rank} 持续偏慢: 最近 {t.stragglers.window} 步每步忙的中位数 {busy * 1e3:.0f} ms,"
                         f"其他 rank 的中位数 {others * 1e3:.0f} ms;它没有卡住,其他 rank 在梯度同步时等它", t.step)
 
 
