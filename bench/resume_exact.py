@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, write_json  # noqa: E402
 
-from course_tools import interrupt  # noqa: E402
+from course_utils import interrupt  # noqa: E402
 from course_tools.noninteractive import quiet_environ  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         # --overwrite: a kept --out folder from an earlier run is moved aside, not silently mixed in
         subprocess.run(cmd(a, "--overwrite"), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
         t_a = time.perf_counter() - t0
-        # SIGKILL right after optimizer step --kill-after, counted inside the process (course_tools.interrupt)
+        # SIGKILL right after optimizer step --kill-after, counted inside the process (course_utils.interrupt)
         killed = cmd(b, "--overwrite")
         killed[1:1] = [interrupt.__file__, str(args.kill_after)]
         code = subprocess.run(killed, env=env, cwd=REPO, stdout=subprocess.DEVNULL).returncode

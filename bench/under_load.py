@@ -1,6 +1,6 @@
 """Verdicts under load: run tests with CPU hogs beside them and show that they still pass.
 
-The homework checks kill a script at an exact optimizer step (``course_tools.interrupt``) and
+The homework checks kill a script at an exact optimizer step (``course_utils.interrupt``) and
 limit each run, each graded cell and each notebook in CPU seconds (``course_tools.cputime``), so a
 busy machine must not change a single verdict. This bench starts ``--hogs`` plain Python busy
 loops (default: 2 per core), runs pytest on the tests that once failed under load (issue 29),

@@ -22,8 +22,6 @@
   processes of one sandbox: its CPU clock, ending all of them), ``notebook_box`` (a graded kernel),
   ``script_box`` (each run of a homework script)
 - ``noninteractive``  the environment of every non-interactive run (tests, grading, homework checks)
-- ``interrupt`` runs a learner's script and SIGKILLs it right after its k-th optimizer step (the
-  homework checks' and 04's exact ``kill -9``)
 - ``probes``    the professional script's hidden flags (NaN steps, bad batches, the sample ledger) for tests and demos
 - ``cputime``   CPU seconds of a process tree: the time limits of the checks and the grader
 

@@ -27,4 +27,5 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``cli``         command-line validators that run before torch is imported
 - ``distributed`` what the ranks of a torchrun job must agree on
 - ``heartbeat``   each rank's step and phase, a watchdog that names a hang and ends it, stragglers
+- ``interrupt``   run a script and SIGKILL it right after its k-th optimizer step: an exact ``kill -9``
 """

@@ -18,7 +18,7 @@ import nbformat
 import psutil
 import pytest
 
-from course_tools import interrupt
+from course_utils import interrupt
 from course_tools.checks import CheckFailed
 from course_tools.checks import homework_files, homework_resume, homework_runs
 from course_tools.checks import nb10_homework as homework
@@ -327,7 +327,7 @@ def test_the_resumed_process_sees_only_its_own_folder(tmp_path):
 
 
 def test_kills_are_exact_steps_counted_in_the_script(tmp_path):
-    """issue 29: the killed runs start through course_tools.interrupt with their step; nothing else does."""
+    """issue 29: the killed runs start through course_utils.interrupt with their step; nothing else does."""
     launcher = RecordingLauncher()
     message = homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
     script = str((tmp_path / "hw" / TRAIN).resolve())

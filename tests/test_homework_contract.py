@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import interrupt
+from course_utils import interrupt
 from course_tools.checks import homework_files
 from course_tools.checks import nb10_homework as homework
 from tests.support.homework_scripts import fake_overfit_pair, fake_train

@@ -6,7 +6,7 @@ in step 18 of the rollback run of ``test_train_pro_rollback`` (``ROLLBACK`` belo
 rollback state under string keys of ``extra`` (``extra["monitor"]``, ``extra["rollback"]["skips"]`` and
 ``["position"]``). Made with::
 
-    COURSE_FAST=1 OMP_NUM_THREADS=1 python course_tools/interrupt.py 19 solutions/homework/train_cifar_pro.py \\
+    COURSE_FAST=1 OMP_NUM_THREADS=1 python course_utils/interrupt.py 19 solutions/homework/train_cifar_pro.py \\
         --out RUN <ROLLBACK>
     # kept: config.json, metrics.jsonl, status.json, skipped_batches.json, checkpoints/step_00000016.pt
     # and checkpoints/last_good.pt (the same bytes), with their .sha256

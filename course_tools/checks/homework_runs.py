@@ -6,7 +6,7 @@ another) with one CPU thread and the stand-in data, and ``watch`` waits for all 
 the first run that exits with an error, logs a step past the limit, or uses more than ``CPU_LIMIT``
 CPU seconds (``WALL_FACTOR`` times that in wall time, for a script that sleeps): limits in CPU time
 give the same verdict on a busy machine. A run started with ``kill_after=k`` is SIGKILLed right after
-its k-th optimizer step inside its own process (:mod:`course_tools.interrupt`). When a script stops
+its k-th optimizer step inside its own process (:mod:`course_utils.interrupt`). When a script stops
 early, the failure shows the script's own error (``script_error``: the argparse message, or the
 exception and the learner's line), not a consequence of it. One thread per run: two threads per
 process on a busy 2-core machine are several times slower (``bench/threads.py``).
@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from course_tools import interrupt
 from course_tools.checks import CheckFailed, expect, fail
 from course_tools.checks import homework_files as files
 from course_tools.cputime import WALL_FACTOR, cpu_clock
 from course_tools.noninteractive import quiet_environ
+from course_utils import interrupt
 from course_utils.data import default_data_root
 
 __all__ = ["CPU_LIMIT", "Launcher", "LOCAL", "run_environ", "script_path", "script_error", "scratch", "announce", "Run",
@@ -142,7 +142,7 @@ class Run:
     """One run of a learner's script: command, log file and run folder (``--out``).
 
     ``kill_after``: the run is SIGKILLed right after its ``kill_after``-th optimizer step, inside
-    its own process (:mod:`course_tools.interrupt`); the check kills it when ``metrics.jsonl``
+    its own process (:mod:`course_utils.interrupt`); the check kills it when ``metrics.jsonl``
     shows a later step only if the script steps no ``torch.optim`` optimizer (``polled``).
     """
 

@@ -128,7 +128,7 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
 
     The same command (same seed, and dropout, so the global RNG state matters) runs to the
     end as the reference, and is SIGKILLed twice more right after an exact optimizer step (no
-    chance to save; :mod:`course_tools.interrupt`): after step ``kill_after`` (mid-epoch) and
+    chance to save; :mod:`course_utils.interrupt`): after step ``kill_after`` (mid-epoch) and
     after the first step that follows the first epoch end, with a checkpoint at that epoch end.
     Each killed run's ``metrics.jsonl`` is moved aside and it resumes: the resumed process must
     start after step 1 and its losses must match the reference at the same steps.

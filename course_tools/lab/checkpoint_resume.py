@@ -7,7 +7,7 @@ understand (what a checkpoint holds, how it is restored, the command line, the k
 - :func:`plot_amnesia` draws section 1's loss and lr curves (uninterrupted, full checkpoint,
   weights only);
 - :func:`run_logged` starts the professional script with its output in a log file, optionally to be
-  SIGKILLed right after an exact optimizer step (:mod:`course_tools.interrupt`);
+  SIGKILLed right after an exact optimizer step (:mod:`course_utils.interrupt`);
   :func:`wait_for_kill` waits for that and returns the records on disk then (section 3);
 - :func:`plot_kill_and_resume` draws section 3's curves;
 - :func:`accuracy` evaluates a model on a dataset (section 4);
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools import interrupt
+from course_utils import interrupt
 from course_utils.data import make_loader
 from course_utils.monitor import read_metrics
 
@@ -67,7 +67,7 @@ def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None,
     """Start ``command`` (``[python, script, ...]``) with stdout and stderr going to ``log``.
 
     ``kill_after``: the process SIGKILLs itself right after its ``kill_after``-th optimizer step
-    (``course_tools.interrupt`` counts torch's ``optimizer.step()`` calls inside it), so the kill
+    (``course_utils.interrupt`` counts torch's ``optimizer.step()`` calls inside it), so the kill
     lands at the same step however busy the machine is; the script itself is unchanged.
     """
     if kill_after is not None:

@@ -45,7 +45,7 @@ import torch
 import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a model: imported once here, every forked rank inherits it
 import torch.distributed as dist
 
-from course_tools import interrupt
+from course_utils import interrupt
 from course_tools.lab.resumed import ResumedJob
 
 __all__ = ["CTX", "fresh", "cleanup", "run_ranks", "SpawnOutcome", "spawn_outcome", "flat", "describe_shares",
@@ -340,7 +340,7 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
                     timeout: float = 300) -> KilledJob:
     """Start a reference run and a run to interrupt side by side (2 jobs x 2 ranks, one thread each); SIGKILL the
     whole second job right after optimizer step ``kill_after`` (each rank freezes itself there through
-    ``course_tools.interrupt --stop``, then every process of the job is killed at once); resume it with ``--resume``."""
+    ``course_utils.interrupt --stop``, then every process of the job is killed at once); resume it with ``--resume``."""
     from course_utils.checkpoint import CheckpointManager
 
     if not script.is_file():

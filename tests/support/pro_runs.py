@@ -25,7 +25,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 import pytest
 
-from course_tools import interrupt
+from course_utils import interrupt
 from course_utils.checkpoint import CheckpointManager
 from course_utils.data import CIFAR_FOLDER
 from course_utils.monitor import read_metrics
@@ -42,7 +42,7 @@ REFERENCE_3_EPOCHS = [*TINY, "--epochs", "3", "--ckpt-every-steps", "4", "--log-
 
 
 def command(out: Path, *args: str, kill_after: int | None = None) -> list[str]:
-    """``python SCRIPT --out OUT ARGS``; ``kill_after``: through ``course_tools.interrupt``, which SIGKILLs the run
+    """``python SCRIPT --out OUT ARGS``; ``kill_after``: through ``course_utils.interrupt``, which SIGKILLs the run
     right after its ``kill_after``-th optimizer step (counted in the process: the same step at any load)."""
     launch = [str(SCRIPT)] if kill_after is None else [interrupt.__file__, str(kill_after), str(SCRIPT)]
     return [sys.executable, *launch, "--out", str(out), *args]

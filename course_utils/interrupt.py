@@ -23,7 +23,11 @@ checkpoints step K: the log ends at step K - 1 or earlier, and a checkpoint "eve
 with K = 20 is never written.
 
 Torch-free stand-ins of a learner's script (the test fixtures) call :func:`optimizer_stepped`
-where a real script would call ``optimizer.step()``.
+where a real script would call ``optimizer.step()``. The resume doctor
+(:mod:`course_utils.resume_doctor`) records each step through the same hook before the kill.
+
+Reference machinery of the homework checks (``course_tools/checks/homework_runs.py``) and of the resume
+doctor; ``course_utils`` holds it so that a learner can run it on any script.
 
 Example::
 
@@ -131,8 +135,8 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     # Run from this file's path: import the package's copy, so that a stand-in script that imports
-    # course_tools.interrupt counts on the same, armed, module.
+    # course_utils.interrupt counts on the same, armed, module.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
-    from course_tools import interrupt
+    from course_utils import interrupt
 
     interrupt.main(sys.argv[1:])
