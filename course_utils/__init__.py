@@ -28,4 +28,5 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``distributed`` what the ranks of a torchrun job must agree on
 - ``heartbeat``   each rank's step and phase, a watchdog that names a hang and ends it, stragglers
 - ``interrupt``   run a script and SIGKILL it right after its k-th optimizer step: an exact ``kill -9``
+- ``resume_doctor`` kill any training command at exact steps, resume it, name the first state that differs
 """

@@ -43,7 +43,7 @@ import signal
 import sys
 from pathlib import Path
 
-__all__ = ["OPTIMIZER_MODULE", "arm", "optimizer_stepped", "main"]
+__all__ = ["OPTIMIZER_MODULE", "after_import", "arm", "optimizer_stepped", "run_command", "main"]
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 _state = {"left": 0, "signal": signal.SIGKILL}  # optimizer steps before the signal; 0: not armed
@@ -94,15 +94,20 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.then(module)
 
 
+def after_import(name: str, then) -> None:
+    """Call ``then(module)`` once module ``name`` is imported (at once if it already is)."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
 def arm(steps: int, sig: int = signal.SIGKILL) -> None:
     """Send this process ``sig`` right after its ``steps``-th optimizer step (torch.optim, or :func:`optimizer_stepped`)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     _state.update(left=steps, signal=sig)
-    if OPTIMIZER_MODULE in sys.modules:
-        _register(sys.modules[OPTIMIZER_MODULE])
-    else:
-        sys.meta_path.insert(0, _AfterImport(OPTIMIZER_MODULE, _register))
+    after_import(OPTIMIZER_MODULE, _register)
 
 
 def _run_as_main(script: str) -> None:
@@ -122,15 +127,28 @@ def _run_as_main(script: str) -> None:
         sys.exit(1)
 
 
-def main(argv: list[str]) -> None:
-    """``argv``: ``[--stop] K SCRIPT ARG...``."""
-    stop = argv[:1] == ["--stop"]
-    steps, script, *args = argv[1:] if stop else argv
+def run_command(command: list[str]) -> None:
+    """Run ``SCRIPT ARG...`` or ``-m MODULE ARG...`` in this process as ``python`` would run it."""
+    if command[:1] == ["-m"]:
+        import runpy
+
+        sys.argv = [command[1], *command[2:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+        return
+    script, *args = command
     script = str(Path(script).resolve())
-    arm(int(steps), signal.SIGSTOP if stop else signal.SIGKILL)
     sys.argv = [script, *args]
     sys.path[0] = str(Path(script).parent)
     _run_as_main(script)
+
+
+def main(argv: list[str]) -> None:
+    """``argv``: ``[--stop] K SCRIPT ARG...``."""
+    stop = argv[:1] == ["--stop"]
+    steps, *command = argv[1:] if stop else argv
+    arm(int(steps), signal.SIGSTOP if stop else signal.SIGKILL)
+    run_command(command)
 
 
 if __name__ == "__main__":
