@@ -73,7 +73,7 @@ def configure_cpu_threads(device: torch.device | None = None) -> int:
     with ``OMP_NUM_THREADS``. Why: torch's OpenMP threads wait for each other at every op,
     so when another process (the notebook server, DataLoader workers, a second kernel) takes
     a core, a run with one thread per core stalls. Measured on 2 cores (``bench/threads.py``,
-    ``bench/RESULTS.md`` §8): quiet, 2 threads took 0.54x the time of 1 thread; with one core
+    ``bench/RESULTS.md`` §9): quiet, 2 threads took 0.54x the time of 1 thread; with one core
     busy, 1.6x. The policy trades the quiet machine's speed-up for never collapsing.
     Pitfall: on a machine you have to yourself, ``OMP_NUM_THREADS=<cores>`` is faster.
     On a GPU the CPU threads matter little and are left alone.

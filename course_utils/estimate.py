@@ -140,8 +140,12 @@ class StepFlops:
 def training_flops(model: nn.Module, example_input: torch.Tensor) -> StepFlops:
     """Forward and backward FLOPs of one step on ``example_input``, counted by ``FlopCounterMode``.
 
-    The loss is cross-entropy against class 0 (its few FLOPs are not counted: FlopCounterMode counts
-    matmuls and convolutions only, a multiply-add as 2 FLOPs). Gradients are left in ``.grad``;
+    The loss is cross-entropy against class 0 (its few FLOPs are not counted). FlopCounterMode counts
+    only the ops its registry has a formula for (``torch/utils/flop_counter.py``: matmuls, ``_scaled_mm``,
+    convolutions, and the flash, efficient and cuDNN attention kernels), a multiply-add as 2 FLOPs;
+    everything else counts 0. Pitfall: on the CPU, ``scaled_dot_product_attention``'s default kernel
+    is not in that registry and counts 0, forward and backward (08b §1 measures it): add attention's
+    ``4·batch·heads·L²·d_head`` forward FLOPs by hand there. Gradients are left in ``.grad``;
     call ``zero_grad`` afterwards if the model is used for training. Taught in 08b §1.
     """
     with FlopCounterMode(display=False) as counter:

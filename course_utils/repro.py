@@ -9,7 +9,11 @@ Pitfalls this module handles:
 - cuDNN's ``deterministic`` flag restricts its algorithm search to deterministic
   algorithms with or without ``benchmark``; ``benchmark=True`` may still pick a different
   (deterministic) algorithm in each run, so bitwise repeats need it off too.
-  ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call.
+- ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` was a requirement of older torch versions: they raised
+  under ``use_deterministic_algorithms`` for a cuBLAS matmul unless it was set before the first
+  cuBLAS call. The pinned torch (2.14.1) gives every cuBLAS handle and stream its own workspace and
+  no longer checks it (its docstring of ``use_deterministic_algorithms`` no longer mentions it); the
+  variable now only sizes that workspace, so setting it is harmless.
 - ``config.json`` is the run's identity: ``dump_run_config`` writes it atomically and durably
   (``runfolder.write_config``, its only writer), so a start killed mid-write leaves the old file
   or the whole new one.
@@ -54,19 +58,26 @@ def set_seed(seed: int) -> None:
 def set_deterministic(enabled: bool = True, warn_only: bool = False) -> None:
     """Ask torch for deterministic kernels (on a GPU possibly slower: measure it there).
 
-    Sets ``CUBLAS_WORKSPACE_CONFIG`` (needed by cuBLAS; effective only before the first
-    cuBLAS call), ``cudnn.deterministic`` (cuDNN then chooses among deterministic
+    Sets ``cudnn.deterministic`` (cuDNN then chooses among deterministic
     algorithms only, benchmarking or not), ``cudnn.benchmark = False`` (autotuning times
     the candidates and may pick a different algorithm in each run, so results can differ
     in the last bits) and ``torch.use_deterministic_algorithms``. An op with no
     deterministic kernel (e.g. some CUDA losses and poolings) raises, or only warns with
     ``warn_only=True``. ``enabled=False`` leaves ``cudnn.benchmark`` as it is: restore
-    your own value if you had turned it on.
+    your own value if you had turned it on. It also sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8``
+    unless already set: older torch versions required it for deterministic
+    cuBLAS (set before the first cuBLAS call); torch 2.14.1 does not, and there it only sizes
+    each handle's workspace.
+
+    Example::
+
+        set_deterministic(True)    # before building the model
+        ...
+        set_deterministic(False)   # switch it off again; restore cudnn.benchmark yourself
     """
     if enabled:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    if enabled:  # benchmark autotuning picks kernels by timing, which defeats determinism
-        torch.backends.cudnn.benchmark = False
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # older torch required it; harmless now
+        torch.backends.cudnn.benchmark = False  # autotuning picks kernels by timing, which defeats determinism
     torch.backends.cudnn.deterministic = enabled
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 

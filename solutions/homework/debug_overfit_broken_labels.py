@@ -1,15 +1,15 @@
 """debug_overfit.py with a deliberately injected label bug: it must FAIL its overfit test.
 
-The bug imitated here is a classic: images and labels shuffled with two different
-permutations (say, a "shuffle" applied to the label list only). Every step the
-same images arrive with a fresh, random assignment of their labels, so there is
+The bug imitated here: images and labels shuffled with two different permutations,
+the labels' one drawn anew at every step (a label-only shuffle inside the loop). Every
+step the same images arrive with a fresh, random assignment of their labels, so there is
 nothing consistent to memorise: the loss stalls near the entropy of the batch's
 label counts (about ln 10 ≈ 2.3 minus a little) and the script exits with code 1.
 
-Contrast: a FIXED wrong mapping (cat<->dog for every sample) is memorised just as
-well as the right labels, so the overfit test passes; looking at samples.png, or
-per-class accuracy on correctly labelled validation data (the swapped classes score
-near zero there), exposes it.
+Contrast: a FIXED wrong mapping is memorised just as well as the right labels (a
+label list shuffled once, cat<->dog for every sample), so the overfit test passes;
+samples.png, or accuracy on correctly labelled validation data (near chance after a
+one-time shuffle, near zero for swapped classes), exposes it.
 
     python notebooks/homework/debug_overfit_broken_labels.py --out runs/overfit_broken
 """
