@@ -110,7 +110,7 @@ def build_parser() -> Parser:
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
     p.add_argument("--peak-flops", type=float_in(0), default=0.0,
                    help="peak FLOP/s per process for the logged mfu (0: measured once at start-up on a CPU; "
-                        "on a GPU give the datasheet's dense number, see 08b §2, or no mfu is logged)")
+                        "on a GPU give the datasheet's dense number, see 08b §4, or no mfu is logged)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue the run in --out (from scratch if it has none)")
     start.add_argument("--overwrite", action="store_true",
