@@ -3,7 +3,7 @@
 What: ``Monitor.log_step`` takes, per optimizer step, the loss, the pre-clip grad norm and
 whether clipping fired, the lr and the batch size; it adds the smoothed loss, samples/s and
 peak memory, runs the spike alarms (``course_utils.alerts``) and writes one record per step
-to its sinks (``course_utils.sinks``: JSONL always, TensorBoard, wandb, a tqdm bar).
+to its sinks (``course_utils.sinks``: JSONL always, TensorBoard, wandb, SwanLab, a tqdm bar).
 ``log_eval`` writes an eval record (``"split": "val"``), ``event`` a line of ``"split": "event"``
 (a rollback, say) to ``metrics.jsonl`` only. With ``set_mfu(flops_per_sample, peak)`` every timed
 train record also carries ``mfu``: model FLOPs per sample × samples/s ÷ the peak (08b §2).
@@ -38,7 +38,7 @@ Example::
         mon.log_eval(step, epoch, acc=0.71)
     mon.close()
 
-Taught in ``06_monitoring`` §1 (the same records in plain code) and §4 (the Monitor, its alarms).
+Taught in ``06_monitoring`` §1 (the same records in plain code) and §4 (the Monitor, its alarms, its loggers).
 """
 from __future__ import annotations
 
@@ -55,14 +55,14 @@ import torch
 from course_utils.alerts import RecentSteps, SpikeDetector
 from course_utils.estimate import mfu
 from course_utils.runfolder import RunFiles
-from course_utils.sinks import JsonlSink, ProgressSink, TensorBoardSink, WandbSink, read_metrics
+from course_utils.sinks import JsonlSink, ProgressSink, SwanLabSink, TensorBoardSink, WandbSink, read_metrics
 
 # read_metrics lives beside the writer (sinks); it is named here too because every reader of a run
 # folder imports it as course_utils.monitor.read_metrics (CONTRIBUTING "one fact, one place").
 __all__ = ["LOGGERS", "Monitor", "peak_memory_mb", "read_metrics"]
 
 
-LOGGERS = ("jsonl", "tensorboard", "wandb")
+LOGGERS = ("jsonl", "tensorboard", "wandb", "swanlab")
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -81,7 +81,7 @@ class Monitor:
     """Computes per-step metrics (smoothing, samples/s, peak memory, spike alarms) and writes them to sinks.
 
     Values stay on the device until ``flush`` (every ``flush_every`` steps: one host sync).
-    Sinks: ``JsonlSink`` always, ``TensorBoardSink`` / ``WandbSink`` as ``loggers`` asks,
+    Sinks: ``JsonlSink`` always, ``TensorBoardSink`` / ``WandbSink`` / ``SwanLabSink`` as ``loggers`` asks,
     ``ProgressSink`` when ``progress`` is on.
     """
 
@@ -116,6 +116,8 @@ class Monitor:
         self._wandb = WandbSink(files, project, config or {}) if "wandb" in self.loggers else None
         if self._wandb is not None:
             self.sinks.append(self._wandb)
+        if "swanlab" in self.loggers:
+            self.sinks.append(SwanLabSink(files, project, config or {}, resume_step))
         self._progress = ProgressSink(total_steps, resume_step) if progress else None
         if self._progress is not None:
             self.sinks.append(self._progress)

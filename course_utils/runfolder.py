@@ -118,6 +118,8 @@ class RunFiles:
     ledger = property(lambda self: self.root / "sample_ledger.jsonl", doc="tests: the samples of every step")
     tensorboard = property(lambda self: self.root / "tensorboard", doc="``sinks.TensorBoardSink``'s events")
     wandb_id = property(lambda self: self.root / "wandb_run_id.txt", doc="the wandb run a resume continues")
+    swanlab = property(lambda self: self.root / "swanlog", doc="``sinks.SwanLabSink``'s logs, one piece per start")
+    swanlab_id = property(lambda self: self.root / "swanlab_run_id.txt", doc="the SwanLab run a resume continues")
     # the two exceptions to "ranks above 0 write nothing" (course_utils.heartbeat): each rank's own files
     heartbeats = property(lambda self: self.root / "heartbeats", doc="one file per rank while the run lives")
     hangs = property(lambda self: self.root / "hangs", doc="one folder per hang: report.json, every live rank's stacks")

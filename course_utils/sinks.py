@@ -1,12 +1,12 @@
-"""Where the Monitor's records go: a JSONL file (always), TensorBoard, wandb, a tqdm bar.
+"""Where the Monitor's records go: a JSONL file (always), TensorBoard, wandb, SwanLab, a tqdm bar.
 
 What: each sink takes the records ``course_utils.monitor.Monitor`` computes (one dict per
 optimizer step, ``"split": "train"``, or per evaluation, ``"split": "val"``) through
 ``write(record)``, ``flush()`` and ``close()``. ``read_metrics`` reads ``metrics.jsonl`` back.
 
 Why: a run on a remote machine is seen only through what it wrote. ``metrics.jsonl`` is the
-source of truth that code (tests, checks, the next notebook cell) reads back; TensorBoard and
-wandb are for people; the bar is for whoever watches the terminal.
+source of truth that code (tests, checks, the next notebook cell) reads back; TensorBoard, wandb
+and SwanLab are for people; the bar is for whoever watches the terminal.
 
 Pitfall: a resume. Records (and TensorBoard events) written after the checkpoint a run resumes
 from would be written twice, the second time with different values: on resume the JSONL file
@@ -14,6 +14,13 @@ is rewritten with the records up to the resumed step only (``durable.atomic_writ
 killed at any moment, the folder holds the old file or the new one, both with every record a
 checkpoint covers), TensorBoard purges the later events, and wandb continues the same run (its
 id is kept in the folder). A torn last line (a kill mid-append) is skipped by ``read_metrics``.
+SwanLab (0.10.3) writes one piece (``swanlog/run-<time>-<id>/``) per start under the same run id, and
+flushes its file only when the run finishes: a piece killed by ``kill -9`` keeps only what had filled
+Python's write buffer (8 KiB: in a short run, nothing). So a resumed ``SwanLabSink`` first replays the records up to the resumed step from
+``metrics.jsonl``: the newest piece alone holds the whole run, and is the one to ``swanlab sync``
+(its ``--id`` is needed: without it ``swanlab sync`` makes a new run). ``swanlab.init`` also takes
+over SIGINT (Ctrl-C would finish the run before the clean stop could save): the sink puts the
+handler back.
 
 Paths: each sink takes the run folder (a path or its ``runfolder.RunFiles`` map) and finds its
 file there; ``JsonlSink`` takes the file itself.
@@ -25,13 +32,15 @@ Example::
     sink.close()
     read_metrics(out / "metrics.jsonl")   # [{'split': 'train', 'step': 1, 'loss': 2.3}]
 
-Taught in ``06_monitoring`` §4 (JSONL and TensorBoard read back and compared, wandb offline).
+Taught in ``06_monitoring`` §4 (JSONL and TensorBoard read back and compared, wandb and SwanLab offline).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -39,7 +48,8 @@ from typing import Any, Iterator
 from course_utils.durable import atomic_write_text
 from course_utils.runfolder import RunFiles
 
-__all__ = ["read_metrics", "JsonlSink", "TensorBoardSink", "WandbSink", "ProgressSink", "wandb_mode"]
+__all__ = ["read_metrics", "JsonlSink", "TensorBoardSink", "WandbSink", "SwanLabSink", "ProgressSink", "wandb_mode",
+           "swanlab_mode", "swanlab_pieces", "read_swanlab"]
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -91,7 +101,7 @@ class JsonlSink:
 
 
 def _scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numeric fields of a record, named ``<split>/<field>`` (TensorBoard and wandb tags)."""
+    """The numeric fields of a record, named ``<split>/<field>`` (TensorBoard, wandb and SwanLab tags)."""
     return {f"{record['split']}/{k}": v for k, v in record.items()
             if k not in ("split", "step", "epoch") and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
@@ -136,6 +146,34 @@ class WandbSink:
     def close(self) -> None:
         if self._run is not None:
             self._run.finish()
+
+
+class SwanLabSink:
+    """A SwanLab run, offline unless ``SWANLAB_MODE`` says otherwise (``swanlab_mode``); the run id is kept in the
+    folder, so ``--resume`` writes a new piece of the same run, the records up to ``resume_step`` replayed first."""
+
+    def __init__(self, out: str | os.PathLike | RunFiles, project: str, config: dict,
+                 resume_step: int | None = None) -> None:
+        files = RunFiles.of(out)
+        self._run = _start_swanlab(files, project, config)
+        if self._run is not None and resume_step is not None:
+            for record in read_metrics(files.metrics):  # the records every sink got (Monitor._write): train, val
+                if record["split"] in ("train", "val") and record["step"] <= resume_step:
+                    self.write(record)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._run is not None:
+            with _swanlab_quiet():
+                self._run.log(_scalars(record), step=record["step"])
+
+    def flush(self) -> None:
+        pass  # swanlab 0.10.3 has no flush: its file is complete once finish() returns
+
+    def close(self) -> None:
+        if self._run is not None:
+            with _swanlab_quiet():
+                self._run.finish()
+            self._run = None
 
 
 class ProgressSink:
@@ -194,4 +232,83 @@ def _start_wandb(files: RunFiles, project: str, config: dict) -> Any:
     folder = Path(run.dir).parent
     print(f"wandb: {mode} 模式,run 文件夹 {folder.name}(wandb 自己的消息在它的 logs/debug.log)"
           + (";日志在本地,联网后可用 `wandb sync` 上传" if mode == "offline" else ""))
+    return run
+
+
+def swanlab_mode() -> str:
+    """``SWANLAB_MODE`` when set ("local": files for ``swanlab watch``, which needs ``swanlab[dashboard]``;
+    "online": a login), else "offline": the logs stay in the run folder until ``swanlab sync``. Always a mode:
+    ``swanlab.init`` without one and without a login asks on the keyboard (in Jupyter too) and a script hangs."""
+    return os.environ.get("SWANLAB_MODE") or "offline"
+
+
+def swanlab_pieces(out: str | os.PathLike | RunFiles) -> list[Path]:
+    """The SwanLab pieces of a run folder, one per start, oldest first (``run-<time>-<id>``: the time sorts them)."""
+    return sorted(p for p in RunFiles.of(out).swanlab.glob("run-*") if p.is_dir())
+
+
+def read_swanlab(piece: str | os.PathLike) -> tuple[str | None, dict[str, dict[int, float]]]:
+    """One piece's run id and its scalars (tag -> {step: value}), read from its ``run-<id>.swanlab`` file.
+
+    (None, {}) for a file killed before swanlab wrote its header; a torn record ends the reading (like a torn
+    line of ``metrics.jsonl``). Uses swanlab's own reader: the format is versioned with the package.
+    """
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+    path = next(Path(piece).glob("run-*.swanlab"))
+    run_id, scalars = None, {}
+    if path.stat().st_size < 7:  # the 7-byte header (LEVELDBLOG_HEADER_LEN) is not there yet
+        return run_id, scalars
+    reader = DataStoreReader()
+    reader.open(path)
+    with _swanlab_quiet():
+        for data in reader:
+            record = Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "start":
+                run_id = record.start.id
+            elif kind == "scalar":
+                scalars.setdefault(record.scalar.key, {})[record.scalar.step] = record.scalar.value.number
+    reader.close()
+    return run_id, scalars
+
+
+@contextlib.contextmanager
+def _swanlab_quiet() -> Iterator[None]:
+    """swanlab prints through one rich console (a welcome, where the run was saved, how to sync: in Jupyter a
+    block of lines per call): silenced while it runs our call, its warnings still go to the piece's
+    ``debug/``. ``init`` and ``finish`` also set SIGINT's handler: the one before the call is put back."""
+    from swanlab.sdk.internal.pkg import console
+    quiet = console.c.quiet
+    handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    console.c.quiet = True
+    try:
+        yield
+    finally:
+        console.c.quiet = quiet
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+
+
+def _start_swanlab(files: RunFiles, project: str, config: dict) -> Any:
+    try:
+        import swanlab
+    except ImportError:
+        print("swanlab 未安装,跳过 SwanLab 记录(pip install swanlab)")
+        return None
+    id_file = files.swanlab_id
+    run_id = id_file.read_text().strip() if id_file.exists() else swanlab.utils.generate_id()  # kept on --resume
+    atomic_write_text(id_file, run_id)
+    mode = swanlab_mode()
+    settings = swanlab.Settings(
+        interactive=False,  # never a keyboard prompt: a wrong mode is an error, not a hang
+        probe=swanlab.Settings.Probe(requirements=False, monitor=False),  # no `pip list` child, no sampling thread
+        terminal=swanlab.Settings.Terminal(proxy_type="none"))  # sys.stdout stays the script's
+    with _swanlab_quiet():
+        run = swanlab.init(mode=mode, log_dir=str(files.swanlab), project=project, name=files.root.name, id=run_id,
+                           resume="allow", config=config, settings=settings)
+    how = {"offline": f";联网后上传: swanlab sync --id {run_id} {run.dir}",
+           "local": f";本地看板: swanlab watch {files.swanlab}"}.get(mode, "")
+    print(f"swanlab: {mode} 模式,run id {run_id},日志在 {run.dir}(swanlab 自己的消息在它的 debug/){how}")
     return run

@@ -105,7 +105,7 @@ def build_parser() -> Parser:
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--workers", type=int_at_least(0), default=0, help="DataLoader worker processes")
     p.add_argument("--device", type=device_spec, default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    p.add_argument("--logger", action="append", choices=["jsonl", "tensorboard", "wandb"],
+    p.add_argument("--logger", action="append", choices=["jsonl", "tensorboard", "wandb", "swanlab"],
                    help="repeatable; jsonl is always on")
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
     p.add_argument("--peak-flops", type=float_in(0), default=0.0,
