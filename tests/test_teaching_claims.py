@@ -49,6 +49,22 @@ FIXED_CLAIMS = [
     (r"NaN/inf和任何数比较都是False", "只有 NaN 和任何数比较都是 False,inf 比任何有限数都大"),
     # 7B full fine-tune: 16 bytes per parameter with the fp32 master weights, not 12 (84 GB)
     (r"每个参数12字节[)）]?(即|=)?84GB|12字节[^。]{0,6}84GB|12B/param|bf16权重和梯度、AdamW两个fp32动量[)）]", "全量微调每个参数 16 字节(含 fp32 主权重),约 112 GB"),
+    # issue 50: torch 2.14.1 no longer requires or checks CUBLAS_WORKSPACE_CONFIG (older versions did)
+    (r"cuBLAS需要它才能确定|neededbycuBLAS|CUBLAS_WORKSPACE_CONFIG``mustbeset", "CUBLAS_WORKSPACE_CONFIG 只有旧版本的 torch 需要"),
+    # issue 50: FlopCounterMode also counts _scaled_mm and the attention kernels; CPU SDPA counts 0
+    (r"它只数矩阵乘和卷积|matmulsandconvolutionsonly|onlycountsmatmuls", "FlopCounterMode 按登记表计数,CPU 上的 SDPA 记 0"),
+    # issue 50: the fp16 loss overflows when the SUM of the exps does; the forward is inf, not NaN
+    (r"logit(第一次)?超过ln\(65504\)|inf/infisNaN|exceedsln\(65504\)=11\.09,and", "溢出的是 exp 之和(ln(65504/C)),前向是 inf 不是 NaN"),
+    # issue 50: after one unclipped bad batch the loss stays high for many steps
+    (r"下一步loss就回到原来的水平", "不裁剪时坏 batch 之后 loss 居高十几步"),
+    # issue 50: on GPUs each rank also selects its device and saves its CUDA RNG state
+    (r"要处理的问题和这里完全相同", "GPU 上还要 set_device(LOCAL_RANK) 和每个 rank 的 CUDA 随机数状态"),
+    # issue 50: the rounding threshold is half the spacing at w: between eps/4 and eps/2 times |w|
+    (r"updatessmallerthan.{0,40}x\|w\|areroundedaway|约eps/2×\|w\|", "界在 eps/4·|w| 和 eps/2·|w| 之间(1.5 + 0.005 在 bf16 里留下)"),
+    # issue 50: 11 and 10 took 77 s and 74 s in RESULTS §5
+    (r"不到一分钟就能跑完|finishesinunderaminute", "11 和 10 各要 70 多秒(RESULTS §5)"),
+    # issue 50: a one-time shuffle of the label list is the fixed misalignment that is memorised
+    (r"shuffle\"appliedtothelabellistonly|和`debug_overfit.py`完全相同,只注入", "一次性打乱标签列表是会被背下来的固定错位"),
 ]
 
 
