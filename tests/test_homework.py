@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from course_utils import interrupt
+from course_utils.resume_doctor import probe
 from course_tools.checks import CheckFailed
 from course_tools.checks import homework_files, homework_resume, homework_runs
 from course_tools.checks import nb10_homework as homework
@@ -327,17 +328,20 @@ def test_the_resumed_process_sees_only_its_own_folder(tmp_path):
 
 
 def test_kills_are_exact_steps_counted_in_the_script(tmp_path):
-    """issue 29: the killed runs start through course_utils.interrupt with their step; nothing else does."""
+    """issue 29: the killed runs start through the resume doctor's probe with their step (it kills through
+    course_utils.interrupt); the reference and the resumes go through the probe too, recorded, never killed (issue 51)."""
     launcher = RecordingLauncher()
     message = homework.check_resume(fake_train(tmp_path / "hw"), launcher=launcher, workdir=tmp_path / "work")
     script = str((tmp_path / "hw" / TRAIN).resolve())
-    killed = {la["argv"][2]: la["argv"] for la in launcher.launches if la["argv"][1] == interrupt.__file__}
+    assert all(la["argv"][1] == probe.__file__ and la["argv"][2] == "--record" for la in launcher.launches)
+    own = {la["argv"][la["argv"].index("--") + 1] for la in launcher.launches}
+    assert own == {script}, own  # the script's own command follows the probe's options
+    killed = {la["argv"][la["argv"].index("--kill") + 1]: la["argv"] for la in launcher.launches if "--kill" in la["argv"]}
     assert set(killed) == {"25", "9"}, launcher.launches  # mid-epoch; the fake's epoch is 8 steps: after step 9
-    assert all(argv[3] == script for argv in killed.values())
     every = killed["9"][killed["9"].index("--ckpt-every-steps") + 1]
     assert every == "8", killed["9"]  # a checkpoint at every epoch end
-    plain = [la["argv"] for la in launcher.launches if la["argv"][1] != interrupt.__file__]
-    assert len(plain) == 3 and all(argv[1] == script for argv in plain)  # the reference and the two resumes
+    plain = [la["argv"] for la in launcher.launches if "--kill" not in la["argv"]]
+    assert len(plain) == 3  # the reference and the two resumes
     assert "step 20(epoch 中间)和 step 8(epoch 结尾" in message and homework_resume.POLLED_NOTE not in message
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import interrupt
 from course_tools.checks import homework_files
 from course_tools.checks import nb10_homework as homework
+from course_tools.checks.homework_runs import RECORDS
+from course_utils.resume_doctor import probe
 from tests.support.homework_scripts import fake_overfit_pair, fake_train
 from tests.support.notebook_cells import ROOT
 
@@ -49,8 +50,8 @@ def _audit(event: str, args: tuple) -> None:
         return
     if event == "subprocess.Popen":
         argv = [str(a) for a in args[1]]
-        if len(argv) >= 4 and argv[1] == interrupt.__file__:  # the exact kill's launcher: the script's own command
-            argv = [argv[0], *argv[3:]]
+        if len(argv) >= 4 and argv[1] == probe.__file__:  # the resume doctor's probe: the script's own command follows --
+            argv = [argv[0], *argv[argv.index("--") + 1:]]
         if len(argv) >= 2 and argv[1].endswith(".py"):
             shown = ["python", Path(argv[1]).name]
             for prev, arg in zip(argv[1:], argv[2:]):
@@ -64,7 +65,8 @@ def _audit(event: str, args: tuple) -> None:
             return
         reading = ("r" in mode and "+" not in mode) if isinstance(mode, str) else not flags & (os.O_WRONLY | os.O_RDWR)
         # the logs are the check's own capture of the output; directories are opened to be removed
-        if reading and not str(path).endswith(".log") and os.path.isfile(path):
+        # and the resume doctor's records are the check's own (written by the probe in the script's process)
+        if reading and not str(path).endswith(".log") and RECORDS not in Path(path).parts and os.path.isfile(path):
             active.files.add(Path(path).name)
 
 

@@ -68,14 +68,15 @@ class Run:
                 "rng": (torch.get_rng_state(), np.random.get_state(), random.getstate())}
 
     def restore(self, s: dict) -> None:
-        self.model.load_state_dict(s["model"])
-        self.opt.load_state_dict(s["opt"])
-        self.sched.load_state_dict(s["sched"])
-        self.ema.load_state_dict(s["ema"])
+        """What the checkpoint holds; a part it lacks stays as built (how such a bug goes unnoticed)."""
+        for key, part in (("model", self.model), ("opt", self.opt), ("sched", self.sched), ("ema", self.ema)):
+            if key in s:
+                part.load_state_dict(s[key])
         self.step, self.epoch, self.batch = s["where"]
-        torch.set_rng_state(s["rng"][0])
-        np.random.set_state(s["rng"][1])
-        random.setstate(s["rng"][2])
+        if "rng" in s:
+            torch.set_rng_state(s["rng"][0])
+            np.random.set_state(s["rng"][1])
+            random.setstate(s["rng"][2])
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,12 @@ right after an exact optimizer step and then resumed with ``--resume``: mid-epoc
 step of the second epoch with a checkpoint at the first epoch end (after its evaluation). The resumed
 runs must continue the killed runs' logs and the reference's losses, step by step; a failure names the
 likely cause (the RNG state, the data position, the optimizer state, an evaluation that draws from the
-global generator after the save).
+global generator after the save). Every run goes through the resume doctor's probe
+(:mod:`course_utils.resume_doctor`): the losses are compared exactly (one thread on the CPU: a correct
+resume is bit-identical), and where a resume differs, the doctor's comparison of the recorded states
+names the first component that differs (weights saved as fp16, the step counter, the data order, the RNG
+state, the EMA ...) in its own words. A script without a torch optimizer has no records; its failures
+fall back to what the losses say.
 """
 from __future__ import annotations
 
@@ -15,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course_tools.checks import expect, fail
+from course_tools.checks import CheckFailed, expect, fail
 from course_tools.checks import homework_files as files
 from course_tools.checks.homework_runs import Launcher, Run, run_all, watch
+from course_utils.resume_doctor.compare import Finding, compare_chain
+from course_utils.resume_doctor.explain import headline
+from course_utils.resume_doctor.runs import Proc, parse_records
 
-__all__ = ["Resumed", "Interrupted", "EPOCH_END_HINT", "POLLED_NOTE", "interrupted_and_resumed", "polled_note"]
+__all__ = ["Resumed", "Interrupted", "EPOCH_END_HINT", "POLLED_NOTE", "DOCTOR", "interrupted_and_resumed", "polled_note",
+           "diagnosis", "ema_hint"]
 
 
 @dataclass
@@ -32,6 +41,7 @@ class Resumed:
     first: int                            # the resumed process's first step
     after: dict[int, dict[str, Any]]      # its training records
     polled: bool = False                  # the kill came from watching the log (no torch.optim step to count)
+    finding: Finding | None = None        # the resume doctor's first difference (None: none, or no records)
 
 
 @dataclass
@@ -97,22 +107,52 @@ def interrupted_and_resumed(script: Path, common: list[str], tmp: Path, launcher
         befores.append(run.train_steps())
         os.replace(run.out / "metrics.jsonl", tmp / f"{run.out.name}.before_kill.jsonl")  # out of the resumed one's reach
         again = Run(script, [*run.args[2:], "--resume"], tmp, run.out.name, "--resume 续训", launcher,
-                    log_name=f"{run.out.name}.resume")
+                    log_name=f"{run.out.name}.resume", record=True)
         again.advice = ("错在加载检查点时,可能是读到了只写了一半的文件: 检查点要原子写入"
                         "(先写临时文件再 os.replace),CheckpointManager 已经这样做了。")
         resumed.append(again)
     run_all(resumed, limit=total_steps, resumed=True)
     epoch_end = end.kill_after - 1
-    resumes = [_verify(again, where, killed_at, before, reference, total_steps, epoch_end, run.polled)
-               for (run, where, killed_at), again, before in zip(killed, resumed, befores)]
+    findings = [diagnosis(ref, run, again, where, total_steps, epoch_end) for (run, where, _), again in zip(killed, resumed)]
+    resumes = [_verify(again, where, killed_at, before, reference, total_steps, epoch_end, run.polled, finding)
+               for (run, where, killed_at), again, before, finding in zip(killed, resumed, befores, findings)]
     return Interrupted(ref, reference, resumes)
+
+
+DOCTOR = "续训医生(python -m course_utils.resume_doctor)逐步比较了保存的状态: "
+
+
+def _proc(run: Run) -> Proc:
+    """What the probe recorded of one run (the file is the learner process's: read with a cap, parsed leniently)."""
+    data = files.read_untrusted_bytes(run.record, files.METRICS_CAP) if run.record is not None else None
+    loaded, steps = parse_records(data.decode("utf-8", errors="replace") if data else "")
+    return Proc(run.out.name, run.kill_after, run.proc.returncode, run.log, loaded, steps)
+
+
+def diagnosis(ref: Run, killed: Run, resumed: Run, where: str, total_steps: int, epoch: int) -> Finding | None:
+    """The resume doctor's first difference of the chain ``killed`` -> ``resumed`` from ``ref``; None when it finds
+    none or the records cannot tell (no torch optimizer, or files the script wrote into)."""
+    try:
+        reference = _proc(ref)
+        if reference.loaded is None or len(reference.steps) != total_steps:
+            return None
+        return compare_chain(reference, where, [_proc(killed), _proc(resumed)], total_steps, epoch)[0]
+    except (CheckFailed, KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def ema_hint(resumed: Resumed, fallback: str) -> str:
+    """The hint of a resumed EMA that differs: the doctor's cause when it found one, else ``fallback``."""
+    if resumed.finding is not None and resumed.finding.component in ("ema", "grad_scaler"):
+        return DOCTOR + headline(resumed.finding)
+    return fallback
 
 
 def _run_and_kill(script: Path, common: list[str], tmp: Path, launcher: Launcher | None, total_steps: int,
                   kill_after: int, extra: list[Run]) -> tuple[Run, dict[int, dict[str, Any]], Run, Run]:
     """The reference (and its training records), the mid-epoch kill and (started once the reference logged its
     first epoch end) the epoch-end kill, side by side with ``extra``; all of them ended."""
-    ref = Run(script, common, tmp, "ref", "不中断的参照运行", launcher)
+    ref = Run(script, common, tmp, "ref", "不中断的参照运行", launcher, record=True)
     mid = Run(script, common, tmp, "mid", "在 epoch 中间被中断的运行", launcher, kill_after=kill_after)
     runs = [ref, mid, *extra]
     cut: list[Run] = []
@@ -138,9 +178,10 @@ def _run_and_kill(script: Path, common: list[str], tmp: Path, launcher: Launcher
 
 
 def _verify(resumed: Run, where: str, killed_at: int, before: dict[int, dict[str, Any]],
-            reference: dict[int, dict[str, Any]], total_steps: int, epoch_end: int, polled: bool) -> Resumed:
+            reference: dict[int, dict[str, Any]], total_steps: int, epoch_end: int, polled: bool,
+            finding: Finding | None = None) -> Resumed:
     """The resumed run continues the killed one's log (``before``: its training records) and the reference's
-    losses, step by step."""
+    losses, step by step, exactly; ``finding``: the resume doctor's first difference (its words become the hint)."""
     expect((resumed.out / "metrics.jsonl").exists(), "续训进程也写 metrics.jsonl", "续训后没有这个文件",
            "--resume 时追加或重新创建 metrics.jsonl 都可以")
     after = files.read_train_records(resumed.out)
@@ -155,27 +196,34 @@ def _verify(resumed: Run, where: str, killed_at: int, before: dict[int, dict[str
     missing = [s for s in range(1, first) if s not in before]
     expect(not missing, f"kill 之前 metrics.jsonl 已有 step 1..{first - 1}", f"缺少 {missing[:5]}",
            "每次存检查点之前先 flush() metrics.jsonl:检查点覆盖到的步,记录必须已经在磁盘上")
-    mismatched = [s for s in sorted(after) if s not in reference or not _close(after[s]["loss"], reference[s]["loss"])]
-    if mismatched:
+    mismatched = [s for s in sorted(after) if s not in reference or after[s]["loss"] != reference[s]["loss"]]
+    doctor = finding if finding is not None and finding.component not in ("ema", "grad_scaler") else None
+    if mismatched or doctor is not None:
+        expected = f"在 {where}被 kill、续训后的 loss 与不中断的运行逐步相同(曲线无缝衔接,CPU 上逐位一致)"
+        if not mismatched:
+            fail(expected, f"loss 逐步相同,但续训后的状态不同(step {doctor.step})", DOCTOR + headline(doctor))
         s = mismatched[0]
-        if where == "epoch 结尾":
-            hint = (f"从 epoch 中间续训是一致的,从 epoch 结尾(step {epoch_end})的检查点续训却对不上:存下这份检查点之后、"
-                    "下一步训练之前,脚本又从 torch 的全局随机数生成器取过数,检查点里的随机数状态已经不是训练接着用的"
-                    "那个(dropout 的掩码随之改变)。最常见的是评估: 普通的 DataLoader 每次 iter() 都从全局生成器取一个种子,"
-                    "shuffle=False 也一样。评估用 make_loader(test_set, 512, shuffle=False)(它有自己的 generator),"
-                    "或者评估完再存检查点")
-        elif s == first:
-            hint = ("续训后的第一步就不同: 这一步的 batch、模型权重或 dropout 的随机掩码和原来的不一样。"
-                    "数据顺序要只取决于 (seed, epoch),并从 epoch 中间接着取: "
-                    "make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k);dropout 的掩码取自 torch 的全局"
-                    "随机数生成器,它的随机数状态也要存进检查点并恢复")
-        else:
-            hint = (f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
-                    "或随机数状态没有完整恢复")
-        ref_loss = f"{reference[s]['loss']:.5f}" if s in reference else "没有这一步"
-        fail(f"在 {where}被 kill、续训后的 loss 与不中断的运行逐步一致(曲线无缝衔接)",
-             f"step {s}: 续训 {after[s]['loss']:.5f} vs 不中断 {ref_loss}", hint)
-    return Resumed(where, resumed, killed_at, first, after, polled)
+        ref_loss = f"{reference[s]['loss']:.7g}" if s in reference else "没有这一步"
+        hint = DOCTOR + headline(doctor) if doctor is not None else _loss_hint(where, s, first, epoch_end)
+        fail(expected, f"step {s}: 续训 {after[s]['loss']:.7g} vs 不中断 {ref_loss}", hint)
+    return Resumed(where, resumed, killed_at, first, after, polled, finding)
+
+
+def _loss_hint(where: str, s: int, first: int, epoch_end: int) -> str:
+    """What the losses alone suggest (a script whose steps the doctor could not record)."""
+    if where == "epoch 结尾":
+        return (f"从 epoch 中间续训是一致的,从 epoch 结尾(step {epoch_end})的检查点续训却对不上:存下这份检查点之后、"
+                "下一步训练之前,脚本又从 torch 的全局随机数生成器取过数,检查点里的随机数状态已经不是训练接着用的"
+                "那个(dropout 的掩码随之改变)。最常见的是评估: 普通的 DataLoader 每次 iter() 都从全局生成器取一个种子,"
+                "shuffle=False 也一样。评估用 make_loader(test_set, 512, shuffle=False)(它有自己的 generator),"
+                "或者评估完再存检查点")
+    if s == first:
+        return ("续训后的第一步就不同: 这一步的 batch、模型权重或 dropout 的随机掩码和原来的不一样。"
+                "数据顺序要只取决于 (seed, epoch),并从 epoch 中间接着取: "
+                "make_loader(ds, bs, seed=seed, epoch=epoch, start_batch=k);dropout 的掩码取自 torch 的全局"
+                "随机数生成器,它的随机数状态也要存进检查点并恢复")
+    return (f"续训后第一步一致,从 step {s} 起偏离: 权重对了,但优化器状态(AdamW 的动量)、学习率调度"
+            "或随机数状态没有完整恢复")
 
 
 POLLED_NOTE = ("。注意: 脚本没有调用 torch.optim 优化器的 step(),检查只能在 metrics.jsonl 出现那一步时 kill 它,"
@@ -185,8 +233,3 @@ POLLED_NOTE = ("。注意: 脚本没有调用 torch.optim 优化器的 step(),�
 def polled_note(got: Interrupted) -> str:
     """The note a passed check adds when a kill came from watching the log."""
     return POLLED_NOTE if any(r.polled for r in got.resumes) else ""
-
-
-def _close(a: float, b: float, rel: float = 1e-3) -> bool:
-    return abs(a - b) <= rel * max(1.0, abs(b))
-

@@ -6,7 +6,8 @@ another) with one CPU thread and the stand-in data, and ``watch`` waits for all 
 the first run that exits with an error, logs a step past the limit, or uses more than ``CPU_LIMIT``
 CPU seconds (``WALL_FACTOR`` times that in wall time, for a script that sleeps): limits in CPU time
 give the same verdict on a busy machine. A run started with ``kill_after=k`` is SIGKILLed right after
-its k-th optimizer step inside its own process (:mod:`course_utils.interrupt`). When a script stops
+its k-th optimizer step inside its own process (:mod:`course_utils.interrupt`), and every step of it is recorded
+by the resume doctor's probe (:mod:`course_utils.resume_doctor.probe`). When a script stops
 early, the failure shows the script's own error (``script_error``: the argparse message, or the
 exception and the learner's line), not a consequence of it. One thread per run: two threads per
 process on a busy 2-core machine are several times slower (``bench/threads.py``).
@@ -35,12 +36,13 @@ from course_tools.checks import CheckFailed, expect, fail
 from course_tools.checks import homework_files as files
 from course_tools.cputime import WALL_FACTOR, cpu_clock
 from course_tools.noninteractive import quiet_environ
-from course_utils import interrupt
 from course_utils.data import default_data_root
+from course_utils.resume_doctor import probe
 
-__all__ = ["CPU_LIMIT", "Launcher", "LOCAL", "run_environ", "script_path", "script_error", "scratch", "announce", "Run",
+__all__ = ["RECORDS", "CPU_LIMIT", "Launcher", "LOCAL", "run_environ", "script_path", "script_error", "scratch", "announce", "Run",
            "watch", "run_all"]
 
+RECORDS = ".resume_doctor"  # the probe's records, inside the run's folder
 CPU_LIMIT = 60      # CPU seconds for one run of a script (a check's run takes a few); WALL_FACTOR x this in wall time
 _POLL = 0.05        # seconds between looks at the running scripts
 _CLOCK_EVERY = 0.5  # seconds between readings of their CPU clocks
@@ -142,18 +144,22 @@ class Run:
     """One run of a learner's script: command, log file and run folder (``--out``).
 
     ``kill_after``: the run is SIGKILLed right after its ``kill_after``-th optimizer step, inside
-    its own process (:mod:`course_utils.interrupt`); the check kills it when ``metrics.jsonl``
+    its own process (:mod:`course_utils.interrupt`, through the resume doctor's probe, which records every step into
+    ``record``); the check kills it when ``metrics.jsonl``
     shows a later step only if the script steps no ``torch.optim`` optimizer (``polled``).
     """
 
     def __init__(self, script: Path, args: list[str], workdir: Path, name: str, what: str,
-                 launcher: Launcher | None = None, log_name: str | None = None, kill_after: int | None = None) -> None:
+                 launcher: Launcher | None = None, log_name: str | None = None, kill_after: int | None = None,
+                 record: bool = False) -> None:
         self.script, self.what, self.kill_after = script, what, kill_after
         self.launcher = launcher or LOCAL
         self.advice = ""  # said before the reproduce command when the script stops with an error
         self.out = workdir / name
         self.log = workdir / f"{log_name or name}.log"
         self.args = ["--out", str(self.out), *args]
+        # record: the resume doctor's probe writes every optimizer step here (in the run's folder: the only one it may write)
+        self.record = self.out / RECORDS / f"{log_name or name}.jsonl" if record or kill_after is not None else None
         self.proc: subprocess.Popen | None = None
         self.polled = False   # killed by the check on seeing a step past kill_after in the log (not by the step hook)
         self.cpu = lambda: 0.0
@@ -163,8 +169,10 @@ class Run:
         self.out.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.log, "w", encoding="utf-8")
         argv = [sys.executable, str(self.script), *self.args]
-        if self.kill_after is not None:
-            argv[1:1] = [interrupt.__file__, str(self.kill_after)]
+        if self.record is not None:  # the probe records, and kills after step kill_after through course_utils.interrupt
+            self.record.parent.mkdir(parents=True, exist_ok=True)
+            kill = ["--kill", str(self.kill_after)] if self.kill_after is not None else []
+            argv[1:1] = [probe.__file__, "--record", str(self.record), *kill, "--"]
         self.proc = self.launcher(argv, cwd=self.script.parent, env=run_environ(), stdout=self._handle, writable=self.out)
         self.cpu = cpu_clock(self.proc)
         return self

@@ -49,7 +49,7 @@ from typing import Any
 
 from course_tools.checks import exercise_check, expect, passed
 from course_tools.checks import homework_files as files
-from course_tools.checks.homework_resume import interrupted_and_resumed, polled_note
+from course_tools.checks.homework_resume import ema_hint, interrupted_and_resumed, polled_note
 from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch
 from course_tools.checks.homework_started import started
 from course_tools.checks.upgrades import HEALTHY, TRAIN, TWIN, UPGRADE_LIST, UpgradeInfo
@@ -126,12 +126,12 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
                  every: int = 10, *, launcher: Launcher | None = None, workdir: Path | None = None) -> str:
     """Upgrade 2: SIGKILL, ``--resume``: the loss curve equals the uninterrupted run's, from two kill points.
 
-    The same command (same seed, and dropout, so the global RNG state matters) runs to the
-    end as the reference, and is SIGKILLed twice more right after an exact optimizer step (no
-    chance to save; :mod:`course_utils.interrupt`): after step ``kill_after`` (mid-epoch) and
-    after the first step that follows the first epoch end, with a checkpoint at that epoch end.
-    Each killed run's ``metrics.jsonl`` is moved aside and it resumes: the resumed process must
-    start after step 1 and its losses must match the reference at the same steps.
+    The same command (same seed, and dropout, so the global RNG state matters) runs to the end as the reference,
+    and is SIGKILLed twice more right after an exact optimizer step (no chance to save; every run recorded by
+    the resume doctor's probe): after step ``kill_after`` (mid-epoch) and after the first step that follows the
+    first epoch end, with a checkpoint at that epoch end. Each killed run's ``metrics.jsonl`` is moved aside and
+    it resumes: the resumed process must start after step 1, its losses must equal the reference's exactly, and
+    its recorded states too (else the doctor's first difference names the cause).
     """
     script = started(script, 2)
     announce(script)
@@ -139,10 +139,9 @@ def check_resume(script: str | os.PathLike, seed: int = SEED, total_steps: int =
     with scratch(workdir, "resume") as tmp:
         common = ["--seed", str(seed), "--max-steps", str(total_steps), "--ckpt-every-steps", str(every), *RESUME_RUN]
         got = interrupted_and_resumed(script, common, tmp, launcher, total_steps, kill_after)
-        worst = max(abs(r.after[s]["loss"] - got.reference[s]["loss"]) for r in got.resumes for s in r.after)
     mid, end = got.resumes
     return _finish(f"升级 2: 两次 SIGKILL 后,从 step {mid.first - 1}(epoch 中间)和 step {end.first - 1}(epoch 结尾,"
-                   f"评估之后)的检查点各续训一次,之后每一步的 loss 都与不中断的运行一致(最大差 {worst:.1e}){polled_note(got)}",
+                   f"评估之后)的检查点各续训一次,之后每一步的 loss 都与不中断的运行逐位相同{polled_note(got)}",
                    start)
 
 
@@ -271,8 +270,8 @@ def check_ema(script: str | os.PathLike, seed: int = SEED, total_steps: int = 30
                        f"在 {r.where}被 kill、--resume 之后,最后的 {key} 与不中断的运行相同",
                        f"续训 {resumed[key]:.7f} vs 不中断 {ref[key]:.7f}(原始权重的 loss: {resumed['loss']:.7f} vs "
                        f"{ref['loss']:.7f})",
-                       "EMA 的状态要存进检查点并在 --resume 时恢复(EMA.state_dict() 含权重和更新次数;"
-                       "training_state(..., ema=ema) / restore_training_state(..., ema=ema))")
+                       ema_hint(r, "EMA 的状态要存进检查点并在 --resume 时恢复(EMA.state_dict() 含权重和更新次数;"
+                                "training_state(..., ema=ema) / restore_training_state(..., ema=ema))"))
     mid, end = got.resumes
     return _finish(f"升级 4: EMA 与原始权重并排评估(loss {ref['loss']:.4f}, loss_ema {ref['loss_ema']:.4f}),"
                    f"decay 趋近 0 时两者一致;从 step {mid.first - 1}(epoch 中间)和 step {end.first - 1}(epoch 结尾)"
@@ -366,8 +365,8 @@ _TIERS: dict[str, tuple[str, ...]] = {
     "check_resume": (
         "续训后的曲线要和不中断的运行无缝衔接:检查点必须带上下一步要用到的全部状态,数据也要从中断的位置接着取",
         "10 的「升级 2:完整检查点 + kill 后续训(commit 2)」一节,以及 04 的「3. 杀进程自测:kill -9 之后能无缝衔接吗?」",
-        "常错的几处:没存或没恢复随机数状态(--dropout 让它立刻暴露);数据从 epoch 开头重新取;metrics.jsonl 没有在存检查点前 flush;"
-        "续训时 step 从 1 重新数;检查点不是原子写入",
+        "常错的几处:没存或没恢复随机数状态(--dropout 让它立刻暴露);数据从 epoch 开头重新取;权重存成 fp16;续训时 step 少算一步或从 1 重新数;"
+        "metrics.jsonl 没有在存检查点前 flush;检查点不是原子写入。python -m course_utils.resume_doctor 逐步找出第一处不同",
     ),
     "check_clipping": (
         "要记录的是裁剪之前的全局梯度范数,它才是报警信号;裁剪本身必须真的改变更新,阈值很小时训练曲线应当不同",
@@ -378,7 +377,7 @@ _TIERS: dict[str, tuple[str, ...]] = {
     "check_ema": (
         "EMA 是另一份权重: 每次优化器更新之后向当前权重靠近一点,评估时和原始权重并排报告;它也是训练状态,续训要接得上",
         "10 的「升级 4:权重的 EMA,与原始权重并排评估(commit 4)」一节,以及 03 讲手写 EMA 的部分",
-        "常错的几处:decay 和 1-decay 写反;在优化器更新之前就更新 EMA;EMA 没存进检查点或续训时没恢复;"
+        "常错的几处:decay 和 1-decay 写反;在优化器更新之前就更新 EMA;EMA 没存进检查点或续训时没恢复(续训医生会指出);"
         "评估 EMA 时其实又评估了一遍原始模型;--ema-decay 0 时仍然输出 EMA 字段",
     ),
     "check_overfit": (

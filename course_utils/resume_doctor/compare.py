@@ -139,14 +139,24 @@ def _data_finding(ref: Proc, rec: dict[str, Any], g: int, first: bool, epoch: in
     if same:
         h = min(same, key=lambda s: abs(s - g))
         ev.update(equals_reference_step=h, reference_epoch=_epoch_of(ref.steps[h - 1]), epoch=_epoch_of(want))
-        if h == 1:
-            return "data", "restarted", ev
+        other_epoch = _epoch_of(ref.steps[h - 1]) != _epoch_of(want)
+        at_start = _position(want) == 0
+        if h < g and other_epoch and (at_start or h != 1):
+            return "data", "replayed_epoch", ev
         if h < g:
-            return "data", "replayed_epoch" if _epoch_of(ref.steps[h - 1]) != _epoch_of(want) else "replayed", ev
-        return "data", "skipped_epoch" if epoch and h - g == epoch else "skipped", ev
+            return "data", "restarted" if h == 1 else "replayed", ev
+        if other_epoch:
+            return "data", "skipped_epoch" if at_start else "next_epoch_order", ev
+        return "data", "skipped", ev
     if train_indices(rec) is not None and train_indices(rec) == train_indices(want):
         return "data", "augmentation", ev
     return "data", "order", ev
+
+
+def _position(rec: dict[str, Any]) -> int | None:
+    """Which batch of its epoch the step consumed last (0: the epoch's first)."""
+    data = rec.get("data") or []
+    return data[-1][2] if data else None
 
 
 def _short(indices: list[int] | None, n: int = 8) -> list[int] | None:

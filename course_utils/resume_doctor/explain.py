@@ -84,6 +84,12 @@ CAUSES: dict[str, tuple[str, str, str, str]] = {
                        "restore the epoch and call sampler.set_epoch(epoch) before each epoch"),
     "replayed": ("续训后重复了已经训练过的 batch: 数据游标退回去了", "保存数据位置(epoch, 已取的 batch 数)并从那里接着取",
                  "the resumed run replays batches already trained: the data cursor went back", "save (epoch, batches taken) and continue from there"),
+    "next_epoch_order": ("续训后这个 epoch 剩下的 batch 用的是下一个 epoch 的顺序: 保存时的打乱生成器已经为本 epoch 抽过排列,"
+                         "恢复它就得到下一个 epoch 的排列(同一个排列会出现两次)",
+                         "顺序只取决于 (seed, epoch);或保存 epoch 开始时的生成器状态,而不是保存时的",
+                         "the rest of the resumed epoch follows the next epoch's order: the shuffle generator saved mid-epoch had "
+                         "already drawn this epoch's permutation", "derive the order from (seed, epoch), or save the generator "
+                         "state from the epoch's start"),
     "skipped_epoch": ("续训后跳过了整整一个 epoch", "检查点存当前 epoch 和其中已取的 batch 数;在 epoch 结尾保存时不要把 epoch 加两次",
                       "the resumed run skipped a whole epoch", "store the current epoch and the batches taken; do not count the epoch twice at an epoch end"),
     "skipped": ("续训后跳过了还没训练的 batch", "保存数据位置(epoch, 已取的 batch 数)并从那里接着取",

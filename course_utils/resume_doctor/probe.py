@@ -243,21 +243,17 @@ def install(record: Path, kill: int | None = None) -> None:
     _rec = _Recorder(Path(record))
     _rec.write({"kind": "start", "pid": os.getpid()})
 
-    def then(optimizer_module) -> None:
-        _hook_torch(optimizer_module)
-        if kill is not None:  # registered after the recorder's hook: step K is written, then the kill
-            interrupt.arm(kill)
-
-    interrupt.after_import(interrupt.OPTIMIZER_MODULE, then)
+    interrupt.after_import(interrupt.OPTIMIZER_MODULE, _hook_torch)
+    if kill is not None:  # its step hook runs after the recorder's (registered later): step K is written, then the kill
+        interrupt.arm(kill)
 
 
 def main(argv: list[str]) -> None:
     """``argv``: ``--record FILE [--kill K] -- (SCRIPT | -m MODULE) ARG...``."""
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
-    record = opts[opts.index("--record") + 1]
     kill = int(opts[opts.index("--kill") + 1]) if "--kill" in opts else None
-    install(Path(record), kill)
+    install(Path(opts[opts.index("--record") + 1]), kill)
     from course_utils import interrupt
 
     interrupt.run_command(command)

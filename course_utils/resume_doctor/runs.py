@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROBE", "Command", "Proc", "UsageError", "parse_command", "run_process", "read_records", "kill_plan",
+__all__ = ["PROBE", "Command", "Proc", "UsageError", "parse_command", "run_process", "parse_records", "read_records", "kill_plan",
            "run_chain"]
 
 PROBE = Path(__file__).resolve().with_name("probe.py")
@@ -100,21 +100,24 @@ class Proc:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def read_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The ``loaded`` record and the step records of one probe file (a line cut by the kill is skipped)."""
+def parse_records(text: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The ``loaded`` record and the step records of a probe file's text (a line cut by the kill is skipped)."""
     loaded, steps = None, []
-    if not path.exists():
-        return loaded, steps
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if rec.get("kind") == "loaded" and loaded is None:
+        if isinstance(rec, dict) and rec.get("kind") == "loaded" and loaded is None:
             loaded = rec
-        elif rec.get("kind") == "step":
+        elif isinstance(rec, dict) and rec.get("kind") == "step":
             steps.append(rec)
     return loaded, steps
+
+
+def read_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """:func:`parse_records` of the file at ``path`` (nothing when it does not exist)."""
+    return parse_records(path.read_text(encoding="utf-8", errors="replace") if path.exists() else "")
 
 
 def environ(threads: int) -> dict[str, str]:

@@ -1,0 +1,17 @@
+"""MiniMind's resume file has no RNG state: dropout draws other masks after a resume.
+
+Expected: RNG state, at the first resumed step (same weights, same batch, other outputs)."""
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+from common import Run  # noqa: E402
+
+
+class Bug(Run):
+    def state(self) -> dict:
+        return {k: v for k, v in super().state().items() if k != "rng"}
+
+
+if __name__ == "__main__":
+    Bug().main()

@@ -1,0 +1,20 @@
+"""Found by the doctor (torchdata 0.11.0, torch 2.14.1): ``StatefulDataLoader(..., shuffle=True, generator=g)``
+resumes the interrupted epoch exactly, but the next epoch is shuffled differently from the uninterrupted run
+(with the global generator instead, ``stateful_loader.py``, it is exact).
+
+Expected: data order, at the first step of the epoch after the resume."""
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
+import torch  # noqa: E402
+from stateful_loader import Stateful  # noqa: E402
+
+
+class Bug(Stateful):
+    def generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.args.seed)
+
+
+if __name__ == "__main__":
+    Bug().main()
