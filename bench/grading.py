@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grading_class  # noqa: E402
 from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
 
-from course_tools import grade  # noqa: E402
-from course_tools.grade.collect import collect  # noqa: E402
+import course_grader as grade  # noqa: E402
+from course_grader.collect import collect  # noqa: E402
 from course_tools.cells import NOTEBOOK_GLOB  # noqa: E402
-from course_tools.grade.plan import references  # noqa: E402
-from course_tools.sandbox import check_available  # noqa: E402
+from course_grader.plan import references  # noqa: E402
+from course_grader.sandbox import check_available  # noqa: E402
 
 MAX_OVERHEAD = 0.10
 MAX_HOMEWORK_S = 180.0   # one learner's homework, all checks, --jobs 1, on a 2-core machine
@@ -52,8 +52,8 @@ MAX_HOMEWORK_S = 180.0   # one learner's homework, all checks, --jobs 1, on a 2-
 
 def homework_arms(root: Path, solutions: Path, rounds: int, log) -> dict | None:
     """One learner's homework (the reference scripts) graded ``rounds`` times per arm, the arms alternating."""
-    from course_tools.grade.homework import NOTEBOOK, HomeworkSetup, grade_homework
-    from course_tools.grade.similarity import REFERENCE
+    from course_grader.homework import NOTEBOOK, HomeworkSetup, grade_homework
+    from course_grader.similarity import REFERENCE
 
     setup = HomeworkSetup.for_solutions(solutions)
     if setup is None:

@@ -86,7 +86,7 @@ def make_class(root: Path, learners: int) -> list[str]:
 
 
 def _grade_one(item, setup, private: Path) -> dict:
-    from course_tools.grade.homework import grade_homework
+    from course_grader.homework import grade_homework
 
     start = time.perf_counter()
     result = grade_homework(item, setup, sandbox=True, private=private)
@@ -101,8 +101,8 @@ def grade_class(learners: int, jobs: int = 1, log=print) -> dict:
     grader's ``--jobs``); wall seconds per learner, check runs and verdicts."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from course_tools.grade.collect import collect
-    from course_tools.grade.homework import NOTEBOOK, HomeworkSetup
+    from course_grader.collect import collect
+    from course_grader.homework import NOTEBOOK, HomeworkSetup
 
     setup = HomeworkSetup.for_solutions(REPO / "solutions")
     load_start = os.getloadavg()[0]

@@ -22,14 +22,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import cputime, grade, sandbox
-from course_tools.grade import kernel as grade_kernel, plan as grade_plan, report as grade_report
-from course_tools.grade.answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
-from course_tools.grade.collect import collect
-from course_tools.grade.kernel import Budget, run_cells
-from course_tools.grade.plan import UnreadableNotebook, read_notebook
-from course_tools.grade.report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
-from course_tools.grade.scan import scan
+import course_grader as grade
+from course_grader import sandbox
+from course_tools import cputime
+from course_grader import kernel as grade_kernel, plan as grade_plan, report as grade_report
+from course_grader.answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
+from course_grader.collect import collect
+from course_grader.kernel import Budget, run_cells
+from course_grader.plan import UnreadableNotebook, read_notebook
+from course_grader.report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
+from course_grader.scan import scan
 from course_tools.release import learner_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,7 +306,7 @@ def test_report_rows_resume_pass_rate_and_feedback(tmp_path):
     resumed.finish(resumed.grades)
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [r["learner"] for r in rows] == ["'=ann", "ben"] and tuple(rows[0]) == grade_report.COLUMNS
+    assert [r["learner"] for r in rows] == ["'=ann", "ben"] and tuple(rows[0]) == grade_report.row_columns()
     rates = list(csv.reader(open(tmp_path / "grades.pass_rate.csv", encoding="utf-8")))
     assert rates[1:] == [[NAME, "check-add", "2", "2", "1.000"], [NAME, "check-square", "1", "2", "0.500"]]
     feedback = (tmp_path / "grades_feedback" / "ann.md").read_text(encoding="utf-8")
@@ -512,7 +514,7 @@ def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
     loop = learner_notebook(_ref())
     _cell(loop, "ex-add").source = "def add(a, b):\n    while True:\n        pass"
     _write(tmp_path / "class" / "ann", loop)
-    proc = subprocess.Popen([sys.executable, "-m", "course_tools.grade", str(tmp_path / "class"), "--solutions",
+    proc = subprocess.Popen([sys.executable, "-m", "course_grader", str(tmp_path / "class"), "--solutions",
                              str(FIXTURE), "--cell-timeout", "120"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = "/" + sandbox.private_prefix(proc.pid)
     try:
@@ -538,7 +540,7 @@ def test_a_killed_grader_takes_its_kernels_along(sandbox_ok, tmp_path):
 _OTHER_CHECKOUT = """
 import os, sys
 import course_tools, course_utils
-from course_tools import sandbox
+from course_grader import sandbox
 assert course_utils.__file__.startswith(sys.argv[1]), course_utils.__file__
 if sys.argv[2] == "no-pythonpath":   # the grader as it was: the sandbox left to the environment's editable install
     plain = sandbox.kernel_env
@@ -559,7 +561,7 @@ def test_grader_in_another_checkout_imports_its_own_packages(sandbox_ok, tmp_pat
     (its packages first on sys.path) mounts its own packages, and the sandbox must import exactly those.
     Without PYTHONPATH inside, Python fails in the sandbox, and the probe must say that, not blame namespaces."""
     other = tmp_path / "other-checkout"
-    for name in ("course_utils", "course_tools"):
+    for name in ("course_utils", "course_tools", "course_grader"):
         shutil.copytree(ROOT / name, other / name, ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PYTHONPATH": str(other)}
     out = subprocess.run([sys.executable, "-c", _OTHER_CHECKOUT, str(other), variant], env=env, cwd=tmp_path,

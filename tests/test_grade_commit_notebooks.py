@@ -3,7 +3,7 @@ nor change its verdict (issue 33).
 
 A learner commits the chapter notebooks too (solved exercises, saved outputs, a plot too big to export). Two
 twin clones of the same stand-in course, one also carrying those changes (in the upgrade commits and in
-commits of their own), go through the real walk (``course_tools.grade.homework._discipline``: which commits
+commits of their own), go through the real walk (``course_grader.discipline._discipline``: which commits
 touch the homework, the first passing commit per upgrade, the exported scripts, the verdict). No training: the
 upgrade check is a stand-in that reads the exported script.
 """
@@ -13,10 +13,10 @@ import base64
 import json
 from pathlib import Path
 
-from course_tools.grade import homework
-from course_tools.grade.commits import HOMEWORK, History, open_history
-from course_tools.grade.report import CheckOutcome
-from tests.test_grade_history import BASELINE, commit_file, git, upgrade
+from course_grader import discipline, upgrades
+from course_grader.commits import HOMEWORK, History, open_history
+from course_grader.report import CheckOutcome
+from tests.support.git_history import BASELINE, commit_file, git, upgrade
 
 UPGRADED = 4      # the learner's clone: upgrades 1-4 committed one by one, upgrade 5 not done
 
@@ -53,7 +53,7 @@ def _learner(course: Path, where: Path, notebooks: bool) -> Path:
 def _walk(history: History, scratch: Path) -> tuple[tuple, tuple[str, ...], dict[str, dict[str, str]]]:
     """The real walk with a stand-in check: the verdict (hashes shown as subjects), the subjects of the commits
     that touch the homework, and the exported files of every commit the walk checked, by subject."""
-    runner = homework._Runner(None, False, scratch, history)
+    runner = upgrades._Runner(None, False, scratch, history)
 
     def check(upgrade, folder: Path, commit: str) -> CheckOutcome:
         runner.runs += 1
@@ -62,7 +62,7 @@ def _walk(history: History, scratch: Path) -> tuple[tuple, tuple[str, ...], dict
 
     runner.check = check
     runner.started = lambda upgrade, commit: True   # the --help cut needs real flags: tests/test_grade_homework.py
-    verdict = homework._discipline(runner, history)
+    verdict = discipline._discipline(runner, history)
     subject = {c.sha: c.subject for c in [history.start, *history.commits]}
     notes = verdict.notes[1:]                              # [0]: the start note names the course commit
     for sha, name in subject.items():

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from openpyxl import load_workbook
 
-from course_tools import grade
-from course_tools.grade import pipeline
-from course_tools.grade.export import gradebook, layout, read_roster, RosterError
-from course_tools.grade.report import CheckOutcome, Grade, Report, load_report
+import course_grader as grade
+from course_grader import pipeline
+from course_grader.export import gradebook, layout, read_roster, RosterError
+from course_grader.report import CheckOutcome, Grade, Report, load_report
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "grading" / "solutions"
 HOSTILE = '=HYPERLINK("http://evil","x")'

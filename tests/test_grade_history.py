@@ -1,4 +1,4 @@
-"""course_tools.grade.commits, .discipline: the learner's commits found in clones, git folders and bundles,
+"""course_grader.commits, .discipline: the learner's commits found in clones, git folders and bundles,
 safely; the verdicts.
 
 Pure git, no torch: every repository is built here (a small stand-in for the course repository,
@@ -14,39 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from course_tools.grade import commits as grade_history
-from course_tools.grade.commits import HOMEWORK, Commit, HistoryError, open_history
-from course_tools.grade.discipline import NO_HISTORY, judge_discipline
+from course_grader import commits as grade_history
+from course_grader.commits import HOMEWORK, Commit, HistoryError, open_history
+from course_grader.discipline import NO_HISTORY, judge_discipline
+from tests.support.git_history import BASELINE, ENV, commit_file, git, upgrade
 from tests.support.homework_scripts import PATCHES, apply_upgrade, learner_repo
-
-BASELINE = (grade_history.ROOT / HOMEWORK / "train_cifar.py").read_bytes()
-ENV = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-       "LC_ALL": "C"}
-
-
-def git(repo: Path, *args: str, date: int | None = None) -> str:
-    env = dict(ENV)
-    if date is not None:
-        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{date} +0000"
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main",
-                           "-c", "protocol.file.allow=always", *args], cwd=repo, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def commit_file(repo: Path, rel: str, text: str | bytes, message: str, date: int | None = None) -> str:
-    path = repo / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
-    git(repo, "add", rel)
-    git(repo, "commit", "-q", "-m", message, date=date)
-    return git(repo, "rev-parse", "HEAD")
-
-
-def upgrade(repo: Path, k: int, message: str | None = None) -> str:
-    """The learner's k-th upgrade: a new line in train_cifar.py, committed."""
-    script = repo / HOMEWORK / "train_cifar.py"
-    text = script.read_text(encoding="utf-8") + f"# upgrade {k}\n"
-    return commit_file(repo, f"{HOMEWORK}/train_cifar.py", text, message or f"upgrade {k}: feature {k}")
 
 
 @pytest.fixture()

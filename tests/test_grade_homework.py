@@ -32,11 +32,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import grade, sandbox
-from course_tools.grade import homework as grade_homework
+import course_grader as grade
+from course_grader import sandbox
+from course_grader import homework as grade_homework, upgrades
 from course_tools.checks import homework_runs, nb10_homework
-from course_tools.grade.collect import collect
-from course_tools.grade.homework import HOMEWORK_LIMITS, NOTEBOOK
+from course_grader.collect import collect
+from course_grader.homework import HOMEWORK_LIMITS, NOTEBOOK
 from course_tools.release import learner_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -446,12 +447,12 @@ time.sleep(600)
 
 
 def test_first_passing_commit_by_binary_search_with_a_bounded_number_of_runs():
-    from course_tools.grade.commits import Commit
+    from course_grader.commits import Commit
 
     commits = [Commit(f"{k:040x}", f"{k:07x}", f"c{k}") for k in range(1, 9)]
     upgrade = nb10_homework.UPGRADES[1]
     for first in range(len(commits)):
-        runner = grade_homework._Runner.__new__(grade_homework._Runner)
+        runner = upgrades._Runner.__new__(upgrades._Runner)
         runner.memo, calls = {}, []
 
         def at(u, commit, first=first, calls=calls):
@@ -478,8 +479,8 @@ def sandbox_ready():
 
 
 def test_require_commits_changes_the_score_only_when_asked(tmp_path, monkeypatch):
-    from course_tools.grade.collect import Item
-    from course_tools.grade.report import CheckOutcome
+    from course_grader.collect import Item
+    from course_grader.report import CheckOutcome
 
     def graded(item, setup, use_sandbox, scratch, result, verdict):
         result.grade.checks = [CheckOutcome(grade_homework.upgrade_label(u), True) for u in nb10_homework.UPGRADES]
@@ -506,8 +507,8 @@ for flag in {flags!r}:
 @pytest.mark.slow
 def test_the_walk_runs_no_check_where_the_help_lists_none_of_the_upgrades_flags(sandbox_ready, tmp_path, monkeypatch):
     # Torch-free scripts: --help answers at once (or never). Upgrade 3 adds --clip; upgrade 5 adds two scripts.
-    from course_tools.grade.commits import open_history
-    from tests.test_grade_history import commit_file, git
+    from course_grader.commits import open_history
+    from tests.support.git_history import commit_file, git
 
     repo = tmp_path / "learner"
     repo.mkdir()
@@ -521,18 +522,18 @@ def test_the_walk_runs_no_check_where_the_help_lists_none_of_the_upgrades_flags(
     commits = history.commits
     assert [c.subject for c in commits] == ["v1", "v2", "v3"]
     setup = grade_homework.HomeworkSetup(tmp_path / "none", tmp_path / "none")
-    runner = grade_homework._Runner(setup, True, tmp_path / "scratch", history)
+    runner = upgrades._Runner(setup, True, tmp_path / "scratch", history)
     (tmp_path / "scratch").mkdir()
     config, clipping, overfit = (nb10_homework.UPGRADES[k] for k in (0, 2, 4))
     assert [runner.started(config, c) for c in commits[:2]] == [True, True]
     assert [runner.started(clipping, c) for c in commits[:2]] == [False, True]     # --clip only from v2
     assert runner.started(overfit, commits[0]) is False                             # debug_overfit.py missing
     assert len(runner.helps) == 2 and runner.runs == 0                              # two --help, no check run
-    monkeypatch.setattr(grade_homework, "HELP_TIMEOUT", 2.0)
+    monkeypatch.setattr(upgrades, "HELP_TIMEOUT", 2.0)
     start = time.monotonic()
     assert runner.started(clipping, commits[2]) is True       # a --help that hangs proves nothing: the check runs
     assert time.monotonic() - start < 15 and runner.helps[commits[2].sha] is None
-    monkeypatch.setattr(grade_homework, "help_text", lambda *a, **k: pytest.fail("asked again"))
+    monkeypatch.setattr(upgrades, "help_text", lambda *a, **k: pytest.fail("asked again"))
     runner.helps.pop(commits[1].sha)
     assert runner.started(clipping, commits[1]) is True       # after one hang, --help is not asked again
 
@@ -540,9 +541,9 @@ def test_the_walk_runs_no_check_where_the_help_lists_none_of_the_upgrades_flags(
 def test_a_check_runs_once_per_content_of_the_scripts(tmp_path):
     # A revert brings back scripts the walk has checked: the same bytes are not run again (except for
     # upgrade 1, whose check reads the commit itself).
-    from course_tools.grade.commits import open_history
-    from course_tools.grade.report import CheckOutcome
-    from tests.test_grade_history import commit_file, git
+    from course_grader.commits import open_history
+    from course_grader.report import CheckOutcome
+    from tests.support.git_history import commit_file, git
 
     repo = tmp_path / "learner"
     repo.mkdir()
@@ -551,7 +552,7 @@ def test_a_check_runs_once_per_content_of_the_scripts(tmp_path):
     for k, text in enumerate(["base\n", "a\n", "b\n", "a\n"]):
         commit_file(repo, script, text, f"v{k}")
     history = open_history(repo, tmp_path / "git", course=None, baseline=b"base\n")
-    runner = grade_homework._Runner(None, False, tmp_path / "scratch", history)
+    runner = upgrades._Runner(None, False, tmp_path / "scratch", history)
     (tmp_path / "scratch").mkdir()
     ran = []
 

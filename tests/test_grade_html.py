@@ -14,13 +14,11 @@ from urllib.parse import unquote
 import pytest
 
 from course_tools.checks import nb01_amp
-from course_tools.grade.check_guide import Guide, check_guide
-from course_tools.grade.class_stats import check_rows, discrimination
-from course_tools.grade.html_report import similar_pairs, write_pages
-from course_tools.grade.plan import make_plan, references
-from course_tools.grade.report import CheckOutcome, Grade
-from course_tools.grade.side_by_side import matched_blocks
-from course_tools.grade.similarity import OVERALL, SimilarityRow
+from course_grader.class_stats import check_rows, discrimination
+from course_grader.html_report import Guide, check_guide, similar_pairs, write_pages
+from course_grader.plan import make_plan, references
+from course_grader.report import CheckOutcome, Grade
+from course_grader.similarity import OVERALL, SimilarityRow, matched_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = "<script>alert(1)</script>"

@@ -1,4 +1,4 @@
-"""course_tools.grade.similarity: disguised copies flagged, independent work and untouched baselines not.
+"""course_grader.similarity: disguised copies flagged, independent work and untouched baselines not.
 
 The fixtures (tests/fixtures/similarity/) are four independent implementations of one upgrade of
 the baseline and four disguised copies of them; the reference answer (solutions/homework/train_cifar.py, the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_tools.grade.similarity import (OVERALL, PRO_REFERENCE, REFERENCE, SIMILARITY_COLUMNS, THRESHOLD,
+from course_grader.similarity import (OVERALL, PRO_REFERENCE, REFERENCE, SIMILARITY_COLUMNS, THRESHOLD,
                                            fingerprint, pair_rows, similarity, summary, tokens, write_csv)
 from tests.support.homework_scripts import BASELINE, TRAIN
 from tests.support.notebook_cells import ROOT

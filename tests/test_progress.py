@@ -286,7 +286,7 @@ _SANDBOXED = RIGHT + textwrap.dedent("""
 
 @pytest.mark.slow  # two sandboxed Python processes importing torch
 def test_a_graded_sandboxed_run_is_unaffected_and_its_ledger_stays_inside(tmp_path):
-    from course_tools import sandbox
+    from course_grader import sandbox
 
     if shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap (Debian package 'bubblewrap', command bwrap)")

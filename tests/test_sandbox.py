@@ -1,4 +1,4 @@
-"""A sandbox's processes (course_tools.sandbox.procs, course_tools.cputime): CPU clocks that count what was
+"""A sandbox's processes (course_grader.sandbox.procs, course_tools.cputime): CPU clocks that count what was
 computed, by children that exited and by orphans too, and a kill after which no process is left.
 
 The cell limits under load (a cell beside CPU hogs) are in tests/test_grade.py.
@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from course_tools import sandbox
+from course_grader import sandbox
 from course_tools.cputime import TreeClock, cpu_clock
 
 BURN = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end:\n    pass\n"  # 0.5 CPU-s

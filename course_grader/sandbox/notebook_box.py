@@ -1,8 +1,8 @@
 """The notebook box: the private files and the kernel spec of one sandboxed Jupyter kernel.
 
-Part of :mod:`course_tools.sandbox`. A :class:`KernelBox` is a randomly named folder (mode 0700) in
+Part of :mod:`course_grader.sandbox`. A :class:`KernelBox` is a randomly named folder (mode 0700) in
 the grader's private folder holding the kernel spec (whose command is the launcher stub, then
-``bwrap`` with the mounts of :mod:`course_tools.sandbox.mounts`, then ``ipykernel``), the connection
+``bwrap`` with the mounts of :mod:`course_grader.sandbox.mounts`, then ``ipykernel``), the connection
 folder (the kernel talks to the grader over Unix sockets there: jupyter_client's ``ipc`` transport,
 since TCP ports inside a network namespace are unreachable from outside) and its own cgroup. The
 connection folder is the one host folder the kernel can write; :meth:`KernelBox.connection_abuse`
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course_tools.sandbox.cgroup import Cgroup
-from course_tools.sandbox.limits import MiB, Limits, launch_config, launcher_command
-from course_tools.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
-from course_tools.sandbox.procs import SandboxProcesses
+from course_grader.sandbox.cgroup import Cgroup
+from course_grader.sandbox.limits import MiB, Limits, launch_config, launcher_command
+from course_grader.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
+from course_grader.sandbox.procs import SandboxProcesses
 
 if TYPE_CHECKING:
     from jupyter_client.kernelspec import KernelSpecManager

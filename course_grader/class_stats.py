@@ -1,8 +1,8 @@
 """The class report's numbers and plots: score distributions, pass rates, each check's discrimination.
 
-Reference machinery for the grader (``course_tools.grade``), not taught; read by
-:mod:`course_tools.grade.html_report` for ``grades.html``. Pass rates come from
-:func:`~course_tools.grade.report.pass_rates` (one place); a check's **discrimination** is the
+Reference machinery for the grader (``course_grader``), not taught; read by
+:mod:`course_grader.html_report` for ``grades.html``. Pass rates come from
+:func:`~course_grader.report.pass_rates` (one place); a check's **discrimination** is the
 point-biserial correlation, over the learners it was graded for, between passing it (0/1) and the
 learner's rest score: the share of their other checks passed, this one left out so that a check does
 not correlate with itself. Near +1: the strong learners pass it and the weak fail it; near 0: passing
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from course_tools.grade.report import Grade, counted, pass_rates
+from course_grader.report import Grade, counted, pass_rates
 
 __all__ = ["CheckRow", "learner_scores", "discrimination", "check_rows", "figure_uri", "score_chart",
            "pass_rate_chart"]

@@ -25,7 +25,7 @@ of the workbook with its ``.git`` (``clone-git``) or without (``clone``; a folde
 looked at), or a ``homework/`` folder with the scripts (``folder``). A second form is reported,
 never graded. A clone counts as one submission when the learner folders' depth is decided.
 
-Each graded notebook is read later, by :func:`course_tools.grade.plan.read_notebook`.
+Each graded notebook is read later, by :func:`course_grader.plan.read_notebook`.
 
 Example::
 

@@ -1,11 +1,16 @@
 """Commit discipline of the homework: did each passing upgrade arrive in its own commit, in order?
 
-Reference machinery for the grader (``course_tools.grade``), not taught; the step after
-:mod:`course_tools.grade.commits`. The homework (``10_homework.ipynb``) asks for each upgrade in its
-own commit, in order. The homework step (:mod:`course_tools.grade.homework`) finds, for each upgrade,
-the first of the learner's commits (:attr:`~course_tools.grade.commits.History.commits`) at which its
-check passes, and hands them to :func:`judge_discipline`; its :class:`Discipline` goes into the
-``commits`` column and the feedback. A plain folder has no history: :data:`NO_HISTORY`, never a penalty.
+Part of :mod:`course_grader`, the homework's last step (:func:`step`, after
+:mod:`course_grader.upgrades`). The homework (``10_homework.ipynb``) asks for each upgrade in its
+own commit, in order. The walk finds, for each upgrade, the first of the learner's commits
+(:attr:`~course_grader.commits.History.commits`) at which its check passes: the checks are
+cumulative, so "passes" is monotone along the commits that change ``notebooks/homework/``; the
+commits before the first one that has started the upgrade fail without a run, that commit is tried
+next, then a binary search (:meth:`~course_grader.upgrades._Runner.first_pass`: at most
+``1 + ceil(log2(n))`` runs of each check for ``n`` such commits besides the run at the head), every
+result memoised per content. :func:`judge_discipline` turns those commits into a :class:`Discipline`,
+which goes into the ``commits`` column and the feedback. A plain folder has no history:
+:data:`NO_HISTORY`, never a penalty.
 
 Example::
 
@@ -14,11 +19,18 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from course_tools.grade.commits import Commit
+from course_grader.commits import Commit, History, HistoryError
+from course_tools.checks.nb10_homework import UPGRADES
 
-__all__ = ["Discipline", "NO_HISTORY", "judge_discipline"]
+if TYPE_CHECKING:
+    from course_grader.submission import Submission
+    from course_grader.upgrades import _Runner
+
+__all__ = ["Discipline", "NO_HISTORY", "judge_discipline", "step"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +86,34 @@ def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]
     if not passing:
         return Discipline(True, "无可判断 (没有通过的升级)", notes)
     return Discipline(True, f"合格: {passing} 个升级各自一个提交, 顺序正确", notes)
+
+
+def _discipline(runner: _Runner, history: History | None) -> Discipline:
+    """The commit walk: for each upgrade the first of the learner's commits at which its check passes, judged."""
+    if history is None:
+        return NO_HISTORY
+    if not history.commits:
+        return Discipline(True, "无学员提交 (起点之后没有提交)", [f"起点之后没有提交: {history.start_note}"])
+    candidates = [c for c in history.commits if history.touches_homework(c)]
+    for upgrade in UPGRADES:  # the commits after the last candidate leave the head's scripts unchanged
+        if candidates and (history.head.sha, upgrade.number) in runner.memo:
+            runner.memo.setdefault((candidates[-1].sha, upgrade.number), runner.memo[history.head.sha, upgrade.number])
+    before = runner.runs
+    first = {u.number: runner.first_pass(u, candidates) for u in UPGRADES}
+    verdict = judge_discipline(history.commits, first)
+    bound = len(UPGRADES) * (2 + math.ceil(math.log2(max(1, len(candidates)))))
+    return Discipline(verdict.ok, verdict.column, [history.start_note, *verdict.notes,
+                      f"按提交检查: {len(candidates)} 个改动作业的提交,运行检查 {runner.runs - before} 次(上限 {bound}),"
+                      f"--help {len(runner.helps)} 次"])
+
+
+def step(sub: Submission) -> None:
+    """The homework's last step: the verdict into the ``commits`` column and the notes."""
+    runner = sub.runner
+    try:
+        verdict = _discipline(runner, runner.history)
+    except HistoryError as exc:
+        verdict = Discipline(True, "无法读取", [f"提交历史无法读取: {exc}"])
+    sub.grade.commits = verdict.column
+    sub.grade.notes += verdict.notes
+    sub.runs = runner.runs

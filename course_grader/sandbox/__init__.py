@@ -3,11 +3,11 @@ homework script (instructor tool).
 
 The grader never trusts the learner's code with anything it could abuse. Kernels are started through
 a kernel spec whose command is ``bwrap`` (Debian package ``bubblewrap``): :class:`KernelBox`
-(:mod:`course_tools.sandbox.notebook_box`); homework scripts through :class:`ScriptBox`
-(:mod:`course_tools.sandbox.script_box`), the launcher the homework checks
+(:mod:`course_grader.sandbox.notebook_box`); homework scripts through :class:`ScriptBox`
+(:mod:`course_grader.sandbox.script_box`), the launcher the homework checks
 (:mod:`course_tools.checks.nb10_homework`) call. Both get the same mounts, environment and limits:
 
-- the root file system (:mod:`course_tools.sandbox.mounts`) is an empty tmpfs with only what
+- the root file system (:mod:`course_grader.sandbox.mounts`) is an empty tmpfs with only what
   Python needs bound read-only, each at its real path: ``/usr``, a few files of ``/etc`` (no
   ``shadow``, no keys), the Python installation, the virtual environment (``sys.prefix``; in the
   README's layout that is ``.venv`` in the repository root, so the kernel sees ``.venv`` beside the
@@ -25,16 +25,16 @@ a kernel spec whose command is ``bwrap`` (Debian package ``bubblewrap``): :class
   process it starts dies with the sandbox, and there is no network. The kernel talks to the grader
   over Unix sockets (jupyter_client's ``ipc`` transport) in a private folder bound into the sandbox:
   TCP ports inside a network namespace are unreachable from outside, Unix sockets are not;
-- limits (:mod:`course_tools.sandbox.limits`): ``RLIMIT_AS`` (address space per process; ``import
+- limits (:mod:`course_grader.sandbox.limits`): ``RLIMIT_AS`` (address space per process; ``import
   torch`` alone maps about 3.4 GiB, so the default is 6 GiB), ``RLIMIT_FSIZE``, no core files, and a
-  memory + pids cgroup where one is writable (:mod:`course_tools.sandbox.cgroup`); the sandbox dies
+  memory + pids cgroup where one is writable (:mod:`course_grader.sandbox.cgroup`); the sandbox dies
   with the grader (``PR_SET_PDEATHSIG``) and with its launcher (``--die-with-parent``): ``os.killpg``
   of the process a :class:`ScriptBox` returns ends the whole sandbox, and that process's ``wait()``
   returns once all of it is gone;
 - CPU time: each box counts the CPU seconds its sandbox uses (the cgroup's counter, else the
   process tree's), for limits that do not depend on the machine's load; ``KernelBox.end`` and the
   runs' ``wait`` SIGKILL every process of the sandbox and wait for them
-  (:mod:`course_tools.sandbox.procs`);
+  (:mod:`course_grader.sandbox.procs`);
 - ``interrupt_mode: message``: an interrupt is a message, never a signal to the sandbox's process
   group (which would kill the sandbox).
 
@@ -63,14 +63,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from course_tools.sandbox.cgroup import Cgroup, alive
-from course_tools.sandbox.limits import GiB, MiB, Limits, launch_config, launcher_command
+from course_grader.sandbox.cgroup import Cgroup, alive
+from course_grader.sandbox.limits import GiB, MiB, Limits, launch_config, launcher_command
 # ``_bwrap_args``: the name the tests and :func:`_probe` use for the mounts' command line
-from course_tools.sandbox.mounts import (SANDBOX_CWD, SANDBOX_HOME, bwrap_args as _bwrap_args, course_packages,
+from course_grader.sandbox.mounts import (SANDBOX_CWD, SANDBOX_HOME, bwrap_args as _bwrap_args, course_packages,
                                          kernel_env, package_roots, readonly_paths)
-from course_tools.sandbox.notebook_box import KERNEL_NAME, KernelBox
-from course_tools.sandbox.procs import SandboxPopen, SandboxProcesses
-from course_tools.sandbox.script_box import ScriptBox, folder_size
+from course_grader.sandbox.notebook_box import KERNEL_NAME, KernelBox
+from course_grader.sandbox.procs import SandboxPopen, SandboxProcesses
+from course_grader.sandbox.script_box import ScriptBox, folder_size
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
            "package_roots", "readonly_paths", "kernel_env", "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox",

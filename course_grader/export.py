@@ -1,6 +1,6 @@
-"""The gradebook an LMS imports: ``python -m course_tools.grade export grades.csv --format canvas|moodle|xlsx``.
+"""The gradebook an LMS imports: ``python -m course_grader export grades.csv --format canvas|moodle|xlsx``.
 
-Reference machinery for the grader (``course_tools.grade``), not taught. One row per learner, one
+Reference machinery for the grader (``course_grader``), not taught. One row per learner, one
 column per graded notebook (the homework is the ``10_homework`` column), then the total; every score
 is a percentage (0-100, one decimal), the total over all checks as the feedback's 总分 counts them.
 A notebook a learner has no row for stays empty.
@@ -23,7 +23,7 @@ submission are kept as rows (the latter scored 0, like any missing notebook) and
 :attr:`Gradebook.unmatched`, never dropped.
 
 Pitfall: folder names and roster fields are untrusted; every text cell goes through
-:func:`~course_tools.grade.report.safe_field` (a leading ``=``, ``+``, ``-``, ``@`` gets a ``'``), in
+:func:`~course_grader.report.safe_field` (a leading ``=``, ``+``, ``-``, ``@`` gets a ``'``), in
 the CSV files and in the xlsx cells alike.
 
 Example::
@@ -38,7 +38,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade.report import Grade, safe_field
+from course_grader.report import Grade, safe_field
 
 __all__ = ["FORMATS", "ROSTER_COLUMNS", "RosterError", "Entry", "Gradebook", "read_roster", "gradebook",
            "layout", "write_export"]

@@ -1,6 +1,6 @@
 """The bubblewrap mounts and the environment inside a sandbox: what learner code can see.
 
-Part of :mod:`course_tools.sandbox`. :func:`bwrap_args` builds the command line of ``bwrap`` for a
+Part of :mod:`course_grader.sandbox`. :func:`bwrap_args` builds the command line of ``bwrap`` for a
 kernel or a homework run. The root file system is an empty tmpfs, remounted read-only, holding only
 what Python needs, bound read-only at its real path (:func:`readonly_paths`): ``/usr``, a few files of
 ``/etc`` (no ``shadow``, no keys), the Python installation, the virtual environment and the two course
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from course_tools.noninteractive import quiet_environ
-from course_tools.sandbox.limits import Limits
+from course_grader.sandbox.limits import Limits
 
 __all__ = ["SANDBOX_CWD", "SANDBOX_HOME", "course_packages", "package_roots", "readonly_paths", "kernel_env",
            "bwrap_args"]

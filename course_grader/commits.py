@@ -1,11 +1,11 @@
 """The homework's commits: read a learner's git history without trusting it (the verdict: ``discipline``).
 
-Reference machinery for the grader (``course_tools.grade``), not taught. The homework
+Reference machinery for the grader (``course_grader``), not taught. The homework
 (``10_homework.ipynb``) asks for each upgrade in its own commit, in order. The grader hands
 :func:`open_history` what the learner submitted:
 
 - a plain folder without history: ``None`` (nothing to judge, no penalty:
-  :data:`~course_tools.grade.discipline.NO_HISTORY`);
+  :data:`~course_grader.discipline.NO_HISTORY`);
 - the learner's clone of the workbook (``path/.git`` a folder) or a git folder itself (``path``
   holds ``HEAD``, ``objects/`` and ``refs/``): the history of its ``HEAD``;
 - a git bundle (``git bundle create hw.bundle homework-0.4``; recognised by its first line
@@ -20,7 +20,7 @@ commit on the first-parent line of the head that is also a commit of the course 
 that, the root commit. :attr:`History.commits` are the learner's commits after it on that
 line, oldest first (merges included: they are on the learner's line). The grader runs each
 upgrade's check on :meth:`History.export` of a commit and hands
-:func:`~course_tools.grade.discipline.judge_discipline` the
+:func:`~course_grader.discipline.judge_discipline` the
 first commit at which each check passed.
 
 Security: the history is untrusted and the grader runs as the instructor. No git command ever
@@ -56,7 +56,7 @@ from pathlib import Path, PurePosixPath
 
 __all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "open_history"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HOMEWORK = "notebooks/homework"          # where the learner's scripts live in the workbook
 _BASELINE = ROOT / HOMEWORK / "train_cifar.py"
 _HEAD_REF = "refs/grader/head"

@@ -1,6 +1,6 @@
 """The notebook the grader runs for one submission: the reference as released, with the learner's exercises put in.
 
-Reference machinery of :mod:`course_tools.grade` (not taught), its plan/merge step. :func:`references`
+Reference machinery of :mod:`course_grader` (not taught), its plan/merge step. :func:`references`
 reads the graded reference notebooks; :func:`read_notebook` reads a learner's submitted file (nbformat
 v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4; never through a symlink, size-capped);
 :func:`merge_exercises` takes every cell from the reference except the source of the ``exercise``
@@ -21,16 +21,20 @@ import copy
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 
 from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, tagged
-from course_tools.grade.answers import OutsideCheck, outside_check
-from course_tools.grade.scan import Flag, scan
+from course_grader.answers import OutsideCheck, outside_check
+from course_grader.scan import Flag, scan
 from course_tools.release import learner_notebook
 
+if TYPE_CHECKING:
+    from course_grader.submission import Submission
+
 __all__ = ["UnreadableNotebook", "cell_source", "references", "read_notebook", "merge_exercises", "Plan",
-           "make_plan"]
+           "make_plan", "check_labels", "check_function", "step"]
 
 _MAX_SOURCE = 100_000  # characters of one exercise cell
 _MAX_BYTES = 50 * 2 ** 20  # one submitted notebook file
@@ -158,6 +162,15 @@ class Plan:
     flags: dict[int, list[Flag]]          # exercise index -> suspicious lines
     notes: list[str]
 
+    def code_cells(self, stubbed: dict[int, str]) -> list[tuple[int, str]]:
+        """(index, source) of the code cells to run, the exercises in ``stubbed`` as their stubs."""
+        return [(i, self.stubs[i] if i in stubbed else cell_source(c)) for i, c in enumerate(self.notebook.cells)
+                if c.get("cell_type") == "code" and cell_source(c).strip()]
+
+    def exercise_sources(self) -> list[str]:
+        """The exercises' sources as merged (the learner's), in order."""
+        return [cell_source(self.notebook.cells[e]) for e in self.exercises]
+
     def label(self, index: int) -> str:
         cell = self.notebook.cells[index]
         if index in self.exercises:
@@ -177,3 +190,36 @@ def make_plan(released: nbformat.NotebookNode, submission: nbformat.NotebookNode
     outside = {c: o for c in checks if (o := outside_check(cell_source(notebook.cells[c]))) is not None}
     flags = {i: f for i in exercises if (f := scan(cell_source(notebook.cells[i])))}
     return Plan(notebook, exercises, checks, stubs, owner, outside, flags, notes)
+
+
+def check_function(source: str) -> str:
+    """``nb01_amp.check_amp_train_step``: the check module function a check cell calls, or ''."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    imported = {alias.asname or alias.name: f"{node.module.rsplit('.', 1)[1]}.{alias.name}"
+                for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("course_tools.checks.nb") for alias in node.names}
+    calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return next((imported[name] for name in calls if name in imported and name.startswith("check_")), "")
+
+
+def check_labels(released: nbformat.NotebookNode) -> list[str]:
+    """The check column of each check cell of ``released`` when nothing ran (its id, or ``check k``)."""
+    return [str(c.get("id") or f"check {k + 1}") for k, c in enumerate(c for c in released.cells if tagged(c, CHECK))]
+
+
+def step(sub: Submission) -> None:
+    """The notebook's first step: read the submission and build ``sub.plan``; nothing handed in or unreadable:
+    every check fails with the reason."""
+    if sub.item.path is None:
+        return sub.unrun(check_labels(sub.released), "未提交")
+    try:
+        submission = read_notebook(sub.item.path)
+    except (UnreadableNotebook, OSError) as exc:
+        sub.grade.notes.append(f"无法读取: {exc}")
+        return sub.unrun(check_labels(sub.released), f"无法读取: {exc}")
+    sub.plan = make_plan(sub.released, submission)
+    sub.grade.notes += sub.plan.notes
+    return None

@@ -41,14 +41,21 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.asyncio
 
 from course_tools.cputime import WALL_FACTOR
-from course_tools.sandbox import KernelBox
+from course_grader.sandbox import GiB, KernelBox
 
-__all__ = ["FINISHED", "DEADLINES", "Budget", "CellResult", "RunResult", "clean_text", "run_cells"]
+if TYPE_CHECKING:
+    from course_grader.options import Options
+    from course_grader.plan import Plan
+    from course_grader.submission import Submission
+
+__all__ = ["FINISHED", "DEADLINES", "Budget", "CellResult", "RunResult", "clean_text", "run_cells", "step"]
 
 FINISHED = ("ok", "error")
 DEADLINES = ("deadline", "deadline_wall")  # the notebook's total ran out: no rerun
@@ -243,3 +250,58 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
             pass
         context.destroy(linger=0)
         result.seconds = time.monotonic() - start
+
+
+# ---------------------------------------------------------------- the notebook's run step
+
+def _event(plan: Plan, stop: CellResult, options: Options) -> str:
+    where = plan.label(stop.index)
+    memory = f"{options.limits.memory / GiB:g} GiB"
+    cell, total = options.cell_timeout, options.timeout
+    return {
+        "timeout": f"{where} 超过单格时限 {cell:g} s(CPU 时间),已中断",
+        "wall": f"{where} 墙钟时间超过 {WALL_FACTOR * cell:g} s(单格 CPU 时限 {cell:g} s 的 {WALL_FACTOR} 倍,"
+                f"在 sleep 或等待?),已中断",
+        "unresponsive": f"{where} 超时后 {options.grace:g} s 仍不响应中断(吞掉了 KeyboardInterrupt?),已终止内核,按崩溃处理",
+        "dead": f"内核在运行 {where} 时退出(进程结束、崩溃或超出内存上限 {memory})",
+        "deadline": f"超过整本 notebook 的总时限 {total:g} s(CPU 时间),已终止(在 {where})",
+        "deadline_wall": f"整本 notebook 墙钟时间超过 {WALL_FACTOR * total:g} s(总 CPU 时限的 {WALL_FACTOR} 倍),"
+                         f"已终止(在 {where})",
+        "abuse": f"{where} 向内核的连接目录写入大量数据,已终止内核",
+    }.get(stop.status, f"{where}: {stop.status}")
+
+
+async def _run(plan: Plan, stubbed: dict[int, str], options: Options, private: Path, budget: Budget) -> RunResult:
+    box = KernelBox(private, options.limits, options.threads, options.sandbox)
+    try:
+        return await run_cells(plan.code_cells(stubbed), box, cell_timeout=options.cell_timeout, budget=budget,
+                               grace=options.grace)
+    finally:
+        box.close()
+
+
+async def step(sub: Submission) -> None:
+    """Run the notebook, again with each offending exercise stubbed (``sub.stubbed`` grows): the check cells'
+    results in ``sub.outcomes``, and in ``sub.ended`` why the last run ended early ("" when it ran to the end)."""
+    plan, options, notes = sub.plan, sub.options, sub.grade.notes
+    budget = Budget(options.timeout)
+    while True:
+        result = await _run(plan, sub.stubbed, options, sub.private, budget)
+        if result.startup_error:
+            sub.ended = f"内核无法启动: {result.startup_error}"
+            notes.append(sub.ended)
+            return
+        sub.outcomes.update({i: r for i, r in result.cells.items() if i in plan.checks})
+        stop = result.stop
+        if stop is None:
+            return
+        event = _event(plan, stop, options)
+        offender = stop.index if stop.index in plan.exercises else max(
+            (e for e in plan.exercises if e < stop.index), default=None)
+        if stop.status in DEADLINES or offender is None or offender in sub.stubbed:
+            sub.ended = event + ("" if stop.status in DEADLINES else
+                                 ";问题不在某个练习里,无法重新运行" if offender is None else ";该练习已按未完成运行过,不再重试")
+            notes.append(sub.ended)
+            return
+        sub.stubbed[offender] = event
+        notes.append(f"{event};重新运行,{plan.label(offender)} 按未完成处理")

@@ -1,12 +1,12 @@
 """The script box: one sandbox per run of a learner's homework script (the homework checks' launcher).
 
-Part of :mod:`course_tools.sandbox`. A :class:`ScriptBox` is what a homework check
+Part of :mod:`course_grader.sandbox`. A :class:`ScriptBox` is what a homework check
 (:mod:`course_tools.checks.nb10_homework`) calls to start each run of a learner's script: the same
-mounts, environment and limits as a kernel (:mod:`course_tools.sandbox.mounts`,
-:mod:`course_tools.sandbox.limits`), its own cgroup, the learner's scripts read-only at their real
+mounts, environment and limits as a kernel (:mod:`course_grader.sandbox.mounts`,
+:mod:`course_grader.sandbox.limits`), its own cgroup, the learner's scripts read-only at their real
 path, and the run's own folder the one host path it can change (:func:`folder_size` watched, the
 sandbox killed past ``Limits.disk``). ``os.killpg`` of the process it returns ends the whole sandbox,
-and that process's ``wait()`` returns once all of it is gone (:mod:`course_tools.sandbox.procs`).
+and that process's ``wait()`` returns once all of it is gone (:mod:`course_grader.sandbox.procs`).
 
 Example::
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from course_tools.sandbox.cgroup import Cgroup
-from course_tools.sandbox.limits import MiB, Limits, launch_config, launcher_command
-from course_tools.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
-from course_tools.sandbox.procs import SandboxPopen
+from course_grader.sandbox.cgroup import Cgroup
+from course_grader.sandbox.limits import MiB, Limits, launch_config, launcher_command
+from course_grader.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
+from course_grader.sandbox.procs import SandboxPopen
 
 __all__ = ["ScriptBox", "folder_size"]
 

@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["Flag", "scan", "transform"]
+if TYPE_CHECKING:
+    from course_grader.submission import Submission
+
+__all__ = ["Flag", "scan", "transform", "step"]
 
 # module -> reason; importing it (or any attribute of it) is flagged
 _MODULES = {
@@ -287,3 +291,17 @@ def scan(source: str) -> list[Flag]:
             reasons.append(reason)
     return [Flag(line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:120], ";".join(reasons))
             for line, reasons in sorted(by_line.items())]
+
+
+def step(sub: Submission) -> None:
+    """The notebook step after the plan: the exercises the scan flagged go to review and run as their stubs
+    (``sub.stubbed``: index -> why), unless ``--run-flagged``."""
+    plan, grade = sub.plan, sub.grade
+    for index, flags in plan.flags.items():
+        text = "; ".join(str(f) for f in flags)
+        grade.review.append(f"{plan.label(index)}: {text}")
+        if sub.options.run_flagged:
+            grade.notes.append(f"需人工检查: {plan.label(index)}: {text}(--run-flagged: 照常运行)")
+        else:
+            sub.stubbed[index] = f"需人工检查,{plan.label(index)} 未运行,暂按 0 分: {text}"
+            grade.notes.append(sub.stubbed[index])

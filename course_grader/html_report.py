@@ -1,17 +1,21 @@
 """The class report as pages to look at: ``grades.html`` beside ``grades.csv``, and one HTML feedback page per learner.
 
-Reference machinery for the grader (``course_tools.grade``), not taught. Written after a grading
-run (:func:`~course_tools.grade.pipeline.grade_all`), ``merge`` and ``--only``, from the same
-:class:`~course_tools.grade.report.Grade` rows as the CSV files:
+Reference machinery for the grader (``course_grader``), not taught. Written after a grading
+run (:func:`~course_grader.pipeline.grade_all`), ``merge`` and ``--only``, from the same
+:class:`~course_grader.report.Grade` rows as the CSV files:
 
 - ``grades.html``: the score distribution per notebook and for the homework, each check's class pass
-  rate (hardest first) with its discrimination (:mod:`course_tools.grade.class_stats`), the rows
+  rate (hardest first) with its discrimination (:mod:`course_grader.class_stats`), the rows
   flagged for review, the similarity pairs at or above the threshold with the lines they share side
-  by side (:mod:`course_tools.grade.side_by_side`), the commit-discipline verdicts, and a table of
+  by side (:func:`~course_grader.similarity.matched_blocks`), the commit-discipline verdicts, and a table of
   learners, each linking to their page;
 - ``grades_feedback/<learner>.html`` (next to the Markdown, same base name:
-  :func:`~course_tools.grade.report.feedback_names`): per notebook, each failed check with its
-  message, its hint tier 1 and how to reproduce it (:mod:`course_tools.grade.check_guide`).
+  :func:`~course_grader.report.feedback_names`): per notebook, each failed check with its
+  message, its hint tier 1 and how to reproduce it (:class:`Guide`: a notebook's check is named by its
+  cell's label and its check cell calls a ``check_*`` of a ``course_tools.checks.nbNN_*`` module, whose
+  ``HINTS`` hold the tiers; a homework upgrade's tiers are ``nb10_homework.HINTS``' and its message ends
+  with the command that reproduces it, ``复现: python ...``; only tier 1 is shown: it names the concept,
+  never the answer; a check cell that calls no ``check_*`` has no hint).
 
 Why: a class of 30 is 400 CSV rows; the page shows where the class is stuck and whom to look at.
 Pitfall: everything a learner controls (folder names, messages, scripts) is untrusted: every text
@@ -25,25 +29,77 @@ Example::
 from __future__ import annotations
 
 import csv
+import importlib
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from course_tools.grade.check_guide import Guide
-from course_tools.grade.class_stats import check_rows, learner_scores, pass_rate_chart, score_chart
-from course_tools.grade.homework import NOTEBOOK as HOMEWORK
-from course_tools.grade.report import Grade, feedback_names
-from course_tools.grade.side_by_side import Block, matched_blocks
-from course_tools.grade.similarity import OVERALL, SimilarityRow
+import nbformat
 
-__all__ = ["SimilarPair", "similar_pairs", "read_similar_pairs", "class_page", "feedback_page", "write_pages"]
+from course_grader.class_stats import check_rows, learner_scores, pass_rate_chart, score_chart
+from course_grader.homework import NOTEBOOK as HOMEWORK
+from course_grader.plan import cell_source, check_function, make_plan
+from course_grader.report import Grade, feedback_names
+from course_grader.similarity import OVERALL, Block, SimilarityRow, matched_blocks
+from course_grader.upgrades import upgrade_label
+
+__all__ = ["REPRODUCE", "Guide", "check_guide", "SimilarPair", "similar_pairs", "read_similar_pairs", "html_table",
+           "class_page", "feedback_page", "write_pages"]
 
 _HEAD = ("<!DOCTYPE html>\n<html lang=\"zh-CN\"><head><meta charset=\"utf-8\">"
          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
          "style-src 'unsafe-inline'\"><title>{title}</title><style>body{{font-family:sans-serif;margin:2em}}"
          "table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;"
          "vertical-align:top}}pre{{margin:0;font-size:12px}}.fail{{color:#b00}}</style></head><body>\n")
+
+
+REPRODUCE = "复现: "   # where a check message names its own reproduce command
+
+
+def _first_tier(key: str) -> str:
+    module, _, name = key.partition(".")
+    try:
+        hints = getattr(importlib.import_module(f"course_tools.checks.{module}"), "HINTS", {})
+    except ImportError:
+        return ""
+    tiers = hints.get(name, ())
+    return tiers[0] if tiers else ""
+
+
+@dataclass
+class Guide:
+    """(notebook, check label) -> hint tier 1, for the checks of the graded references."""
+
+    hints: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def hint(self, notebook: str, check: str) -> str:
+        """Tier 1 of the check's hints, or '' when it has none."""
+        return self.hints.get((notebook, check), "")
+
+    @staticmethod
+    def reproduce(notebook: str, check: str, message: str) -> str:
+        """How the learner sees the failure again: the message's own command, else the notebook's cells."""
+        if REPRODUCE in message:
+            return message.rpartition(REPRODUCE)[2].strip()
+        return f"打开 notebooks/{notebook},从头运行到检查格子 {check}"
+
+
+def check_guide(released: dict[str, nbformat.NotebookNode]) -> Guide:
+    """The guide for the released references (as :func:`~course_grader.plan.references` returns them)."""
+    from course_tools.checks.nb10_homework import HINTS, UPGRADES
+
+    guide = Guide()
+    for name, notebook in released.items():
+        plan = make_plan(notebook, notebook)
+        for index in plan.checks:
+            key = check_function(cell_source(notebook.cells[index]))
+            if key and (tier := _first_tier(key)):
+                guide.hints[name, plan.label(index)] = tier
+    for upgrade in UPGRADES:
+        guide.hints[HOMEWORK, upgrade_label(upgrade)] = HINTS[upgrade.check.__name__][0]
+    return guide
+
 
 
 @dataclass(frozen=True)
@@ -76,7 +132,7 @@ def read_similar_pairs(path: Path) -> list[SimilarPair]:
             for r in rows]
 
 
-def _table(head: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
+def html_table(head: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
     """An HTML table; every cell escaped except the columns in ``raw`` (already HTML, built here)."""
     cells = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c if k in raw else escape(c)}</td>" for k, c in enumerate(r)) + "</tr>\n"
@@ -90,7 +146,7 @@ def _percent(passed: int, total: int) -> str:
 
 def _checks_section(grades: list[Grade]) -> str:
     rows = check_rows(grades)
-    table = _table(["#", "notebook", "检查", "通过/批改", "通过率", "区分度"],
+    table = html_table(["#", "notebook", "检查", "通过/批改", "通过率", "区分度"],
                    [[str(k), r.notebook, r.check, f"{r.passed}/{r.graded}", f"{r.rate:.0%}",
                      "-" if r.discrimination is None else f"{r.discrimination:+.2f}"]
                     for k, r in enumerate(rows, start=1)])
@@ -102,7 +158,7 @@ def _checks_section(grades: list[Grade]) -> str:
 
 def _similar_section(pairs: list[SimilarPair]) -> str:
     out = [f"<h2 id=\"similarity\">相似度达到阈值的配对({len(pairs)} 行,只供人工查看)</h2>\n"]
-    out.append(_table(["学员", "对方", "脚本", "得分", "共享片段"],
+    out.append(html_table(["学员", "对方", "脚本", "得分", "共享片段"],
                       [[p.row.learner, p.row.other, p.row.script, f"{p.row.score:.2f}",
                         f"{p.row.shared}/{min(p.row.prints, p.row.other_prints)}"] for p in pairs]))
     for p in pairs:
@@ -117,22 +173,23 @@ def _similar_section(pairs: list[SimilarPair]) -> str:
     return "".join(out)
 
 
-def class_page(grades: list[Grade], pairs: list[SimilarPair], links: dict[str, str]) -> str:
-    """``grades.html``: the whole class on one self-contained page; ``links``: learner -> feedback page href."""
+def class_page(grades: list[Grade], pairs: list[SimilarPair], links: dict[str, str], sections: list[str] = ()) -> str:
+    """``grades.html``: the whole class on one self-contained page; ``links``: learner -> feedback page href;
+    ``sections``: the step modules' own HTML sections (already escaped), before the learners' table."""
     scores = learner_scores(grades)
-    learners = _table(["学员", "总分", "得分率", "反馈"],
-                      [[escape(name), f"{p}/{t}", _percent(p, t), f"<a href=\"{escape(links[name])}\">反馈</a>"]
-                       for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 3}))
+    learners = html_table(["学员", "总分", "得分率", "反馈"],
+                          [[escape(name), f"{p}/{t}", _percent(p, t), f"<a href=\"{escape(links[name])}\">反馈</a>"]
+                           for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 3}))
     review = [[g.key[0], g.key[1], " | ".join(g.review)] for g in grades if g.review]
     discipline = [[g.key[0], g.commits] for g in grades if g.key[1] == HOMEWORK and g.commits]
     body = [_HEAD.format(title="班级批改报告"), "<h1>班级批改报告</h1>\n",
             f"<p>{len(scores)} 位学员,{len(grades)} 个 notebook 行。</p>\n",
             "<h2 id=\"scores\">得分分布(每个 notebook 和作业;每个点是一位学员)</h2>\n",
             f"<img alt=\"得分分布\" src=\"{score_chart(grades)}\">\n", _checks_section(grades),
-            f"<h2 id=\"review\">需人工检查({len(review)} 行)</h2>\n", _table(["学员", "notebook", "原因"], review),
+            f"<h2 id=\"review\">需人工检查({len(review)} 行)</h2>\n", html_table(["学员", "notebook", "原因"], review),
             _similar_section(pairs),
-            f"<h2 id=\"commits\">提交纪律({len(discipline)} 位学员)</h2>\n", _table(["学员", "结论"], discipline),
-            f"<h2 id=\"learners\">学员({len(scores)} 位)</h2>\n", learners, "</body></html>\n"]
+            f"<h2 id=\"commits\">提交纪律({len(discipline)} 位学员)</h2>\n", html_table(["学员", "结论"], discipline),
+            *sections, f"<h2 id=\"learners\">学员({len(scores)} 位)</h2>\n", learners, "</body></html>\n"]
     return "".join(body)
 
 
@@ -168,7 +225,7 @@ def feedback_page(learner: str, grades: list[Grade], guide: Guide, back: str = "
 
 
 def write_pages(report: Path, grades: list[Grade], guide: Guide | None = None,
-                pairs: list[SimilarPair] | None = None) -> Path:
+                pairs: list[SimilarPair] | None = None, sections: list[str] = ()) -> Path:
     """Write ``grades.html`` next to ``report`` and the learners' HTML pages; the class page's path.
 
     ``pairs`` None: the flagged rows of ``<report>.similarity.csv`` where it exists (no side-by-side).
@@ -188,5 +245,5 @@ def write_pages(report: Path, grades: list[Grade], guide: Guide | None = None,
         text = feedback_page(learner, by_learner[learner], guide, back=f"../{quote(page.name)}")
         (folder / f"{base}.html").write_text(text, encoding="utf-8")
         links[learner] = f"{quote(folder.name)}/{quote(base)}.html"
-    page.write_text(class_page(grades, pairs, links), encoding="utf-8")
+    page.write_text(class_page(grades, pairs, links, list(sections)), encoding="utf-8")
     return page

@@ -1,13 +1,13 @@
 """The class run: every learner x graded notebook, and the homework, under the submission folders.
 
-Part of :mod:`course_tools.grade`. :func:`grade_all` reads the references (:mod:`course_tools.grade.plan`),
+Part of :mod:`course_grader`. :func:`grade_all` reads the references (:mod:`course_grader.plan`),
 checks that the sandbox can start and cannot see the reference, submissions or report, collects the
-items (:mod:`course_tools.grade.collect`), keeps this machine's ``--shard``, grades ``jobs`` items at a
-time (a notebook: :mod:`course_tools.grade.notebook`; the homework: :mod:`course_tools.grade.homework`,
-in a thread), writes each row as it finishes (:mod:`course_tools.grade.report`; ``--resume`` skips the
+items (:mod:`course_grader.collect`), keeps this machine's ``--shard``, grades ``jobs`` items at a
+time (a notebook: :mod:`course_grader.notebook`; the homework: :mod:`course_grader.homework`,
+in a thread), writes each row as it finishes (:mod:`course_grader.report`; ``--resume`` skips the
 rows already there) and finally the similarity report of the homework scripts
-(:mod:`course_tools.grade.similarity`) and the pages to look at (``grades.html`` and the HTML feedback:
-:mod:`course_tools.grade.html_report`). ``only`` (``--only alice,sec2/bob``) grades just those learners
+(:mod:`course_grader.similarity`) and the pages to look at (``grades.html`` and the HTML feedback:
+:mod:`course_grader.html_report`). ``only`` (``--only alice,sec2/bob``) grades just those learners
 and merges them into the existing report: the other learners' rows are kept as they are. A grader bug
 in one item is that item's row (score 0, its total kept), never the end of the run.
 
@@ -25,22 +25,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from course_tools.cells import CHECK, tagged
-from course_tools.grade.answers import outside_check
-from course_tools.grade.collect import Finding, Item, collect
-from course_tools.grade.homework import NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework, read_scripts
-from course_tools.grade.kernel import clean_text
-from course_tools.grade.notebook import grade_item
-from course_tools.grade.options import Options
-from course_tools.grade.plan import cell_source, references
-from course_tools.grade.report import CheckOutcome, Grade, Report, safe_field
-from course_tools.sandbox import SandboxUnavailable, check_available, private_dir, readonly_paths
+from course_grader.answers import outside_check
+from course_grader.collect import Finding, Item, collect
+from course_grader.hand_in import read_scripts
+from course_grader.homework import NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework
+from course_grader.kernel import clean_text
+from course_grader.notebook import grade_item
+from course_grader.options import Options
+from course_grader.plan import cell_source, references
+from course_grader.report import CheckOutcome, Grade, Report, safe_field
+from course_grader.sandbox import SandboxUnavailable, check_available, private_dir, readonly_paths
+from course_grader.steps import hooks
 
 if TYPE_CHECKING:
-    from course_tools.grade.html_report import SimilarPair
+    from course_grader.html_report import SimilarPair
 
 __all__ = ["ROOT", "UnknownLearner", "grade_all"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class UnknownLearner(ValueError):
@@ -119,10 +121,10 @@ def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", opt
     pairs = _similarity([i for i in items if i.reference.name == HOMEWORK], setup, scripts, report,
                         verbose) if setup else []
     if report:
-        from course_tools.grade.check_guide import check_guide
-        from course_tools.grade.html_report import write_pages
+        from course_grader.html_report import check_guide, write_pages
 
-        write_pages(report, everything, check_guide(released), pairs)
+        sections = [finish(report, everything, options.steps) for finish in hooks("finish").values()]
+        write_pages(report, everything, check_guide(released), pairs, [s for s in sections if s])
     return everything
 
 
@@ -130,8 +132,8 @@ def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict
                 verbose: bool) -> list[SimilarPair]:
     """grades.similarity.csv and its terminal summary, over every learner's scripts (read again where resumed);
     the flagged pairs with their shared lines, for the class page."""
-    from course_tools.grade.html_report import similar_pairs
-    from course_tools.grade.similarity import pair_rows, summary, write_csv
+    from course_grader.html_report import similar_pairs
+    from course_grader.similarity import pair_rows, summary, write_csv
 
     private = private_dir()
     try:
@@ -164,7 +166,7 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
             try:
                 if setup and item.reference.name == HOMEWORK:
                     result = await asyncio.to_thread(grade_homework, item, setup, sandbox=options.sandbox,
-                                                     private=private)
+                                                     private=private, settings=options.steps)
                     grade = result.grade
                     if scripts is not None:
                         scripts[item.learner] = result.scripts

@@ -1,6 +1,6 @@
 """The similarity report of the homework scripts: which pairs a person should look at, never a verdict.
 
-Reference machinery for the grader (``course_tools.grade``), not taught. A script becomes a set
+Reference machinery for the grader (``course_grader``), not taught. A script becomes a set
 of fingerprints (:func:`fingerprint`):
 
 1. Tokens from the standard library's :mod:`tokenize` (unparseable Python falls back to a
@@ -42,6 +42,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import difflib
 import functools
 import hashlib
 import io
@@ -52,10 +53,11 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_tools.grade.report import safe_field
+from course_grader.report import safe_field
 
-__all__ = ["K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "PRO_REFERENCE", "SIMILARITY_COLUMNS", "Fingerprint",
-           "SimilarityRow", "tokens", "fingerprint", "similarity", "pair_rows", "write_csv", "summary"]
+__all__ = ["Block", "matched_blocks", "K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "PRO_REFERENCE",
+           "SIMILARITY_COLUMNS", "Fingerprint", "SimilarityRow", "tokens", "fingerprint", "similarity", "pair_rows",
+           "write_csv", "summary"]
 
 K = 12              # tokens per shingle
 MIN_PRINTS = 20     # the score's denominator is at least this many shingles
@@ -263,3 +265,38 @@ def summary(rows: list[SimilarityRow], limit: int = 20) -> str:
     if len(flagged) > limit:
         lines.append(f"  …… 另有 {len(flagged) - limit} 行, 见 grades.similarity.csv")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the lines two flagged scripts share
+
+@dataclass(frozen=True)
+class Block:
+    """One run of matching lines: (first line number, the lines as written) on each side."""
+
+    left: tuple[int, list[str]]
+    right: tuple[int, list[str]]
+
+
+def _normalised(source: str, skip: frozenset[str]) -> list[tuple[int, str]]:
+    """(line index, normalised text) of the lines that carry code of the learner's own."""
+    out = []
+    for index, line in enumerate(source.splitlines()):
+        text = " ".join(tokens(line.strip())[0])
+        if text and text not in skip:
+            out.append((index, text))
+    return out
+
+
+def matched_blocks(a: str, b: str, baseline: str = "", min_lines: int = 3, limit: int = 6) -> list[Block]:
+    """The longest runs (at least ``min_lines`` normalised lines) that ``a`` and ``b`` share, longest first."""
+    skip = frozenset(text for _, text in _normalised(baseline, frozenset()))
+    left, right = _normalised(a, skip), _normalised(b, skip)
+    matcher = difflib.SequenceMatcher(None, [t for _, t in left], [t for _, t in right], autojunk=False)
+    runs = sorted((m for m in matcher.get_matching_blocks() if m.size >= min_lines), key=lambda m: -m.size)
+    lines_a, lines_b = a.splitlines(), b.splitlines()
+    blocks = []
+    for m in runs[:limit]:
+        a0, a1 = left[m.a][0], left[m.a + m.size - 1][0]
+        b0, b1 = right[m.b][0], right[m.b + m.size - 1][0]
+        blocks.append(Block((a0 + 1, lines_a[a0:a1 + 1]), (b0 + 1, lines_b[b0:b1 + 1])))
+    return blocks

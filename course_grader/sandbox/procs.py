@@ -1,4 +1,4 @@
-"""The processes of one sandbox (:mod:`course_tools.sandbox`): who they are, their CPU clock, and ending all of them.
+"""The processes of one sandbox (:mod:`course_grader.sandbox`): who they are, their CPU clock, and ending all of them.
 
 Why: the grader limits what learner code *computes* (CPU seconds, :mod:`course_tools.cputime`), so a
 busy machine does not cost honest work its marks; and it must not return, or write its final report,
@@ -6,13 +6,13 @@ while any process of a sandbox is still alive.
 
 How:
 
-- :class:`~course_tools.sandbox.cgroup.Cgroup` (:mod:`course_tools.sandbox.cgroup`): the sandbox's
+- :class:`~course_grader.sandbox.cgroup.Cgroup` (:mod:`course_grader.sandbox.cgroup`): the sandbox's
   cgroup where one is writable; its counter includes processes that already exited, orphans too.
 - :class:`SandboxProcesses`: the processes of one sandbox (the cgroup's members, and those seen in
   the tree under its top process), its CPU clock (the cgroup's counter, else a
   :class:`~course_tools.cputime.TreeClock` of the top pid), and :meth:`SandboxProcesses.end`:
   SIGKILL them all and wait, bounded, until none is alive.
-- :class:`SandboxPopen`: the ``Popen`` a :class:`~course_tools.sandbox.script_box.ScriptBox` returns, with
+- :class:`SandboxPopen`: the ``Popen`` a :class:`~course_grader.sandbox.script_box.ScriptBox` returns, with
   ``cpu_seconds()`` and a ``wait()`` that returns once the whole sandbox has ended.
 
 Pitfall: bubblewrap's inner process (PID 1 of the sandbox's PID namespace) runs in a session of its
@@ -37,7 +37,7 @@ import time
 import psutil
 
 from course_tools.cputime import TreeClock
-from course_tools.sandbox.cgroup import Cgroup
+from course_grader.sandbox.cgroup import Cgroup
 
 __all__ = ["END_TIMEOUT", "SandboxProcesses", "SandboxPopen"]
 
@@ -117,7 +117,7 @@ class SandboxProcesses:
 
 
 class SandboxPopen(subprocess.Popen):
-    """One run of a :class:`~course_tools.sandbox.script_box.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
+    """One run of a :class:`~course_grader.sandbox.script_box.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
     ``wait()`` that returns only once every process of the sandbox has ended.
 
     ``info``: the pipe (read end, write end) whose write end bwrap got as ``--info-fd``; the inner

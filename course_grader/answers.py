@@ -18,17 +18,22 @@ Example::
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import importlib
 import io
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from course_tools.grade.kernel import clean_text
+from course_grader.kernel import clean_text
+from course_grader.report import CheckOutcome
 
-__all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside"]
+if TYPE_CHECKING:
+    from course_grader.submission import Submission
+
+__all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside", "step"]
 
 # (module, function) of check functions whose single argument is a function returning a literal
 OUTSIDE = {("course_tools.checks.nb09_self_test", "check_self_test_answers")}
@@ -145,3 +150,22 @@ def score_outside(check: OutsideCheck, exercise_sources: list[str]) -> tuple[boo
         except Exception as exc:  # noqa: BLE001 - a malformed answer must not stop grading
             return False, clean_text(f"{type(exc).__name__}: {exc}")
     return True, ""
+
+
+async def step(sub: Submission) -> None:
+    """The notebook's last step: one check outcome per check cell, from the kernel's reply or scored here."""
+    plan, grade, stubbed = sub.plan, sub.grade, sub.stubbed
+    for index in plan.checks:
+        label = plan.label(index)
+        owner = plan.owner[index]
+        if index in plan.outside and not (owner in stubbed and owner in plan.flags and not sub.options.run_flagged):
+            passed, message = await asyncio.to_thread(score_outside, plan.outside[index], plan.exercise_sources())
+        elif index in sub.outcomes:
+            cell = sub.outcomes[index]
+            passed = cell.status == "ok"
+            message = "" if passed else (stubbed[owner] if owner in stubbed else cell.message or cell.status)
+        else:
+            passed, message = False, "未运行: " + (sub.ended or "内核已退出")
+        grade.checks.append(CheckOutcome(label, passed, message))
+        if not passed and not any(message in note for note in grade.notes):
+            grade.notes.append(f"{label}: {message}")

@@ -1,9 +1,9 @@
-"""The command line: ``python -m course_tools.grade`` (grade a class), ``... merge`` (combine shard reports)
-and ``... export`` (the gradebook an LMS imports: :mod:`course_tools.grade.export`).
+"""The command line: ``python -m course_grader`` (grade a class), ``... merge`` (combine shard reports)
+and ``... export`` (the gradebook an LMS imports: :mod:`course_grader.export`).
 
-Part of :mod:`course_tools.grade` (its docstring is the ``--help`` text). The flags fill in
-:class:`~course_tools.grade.options.Options` and call :func:`~course_tools.grade.pipeline.grade_all`;
-the tables printed at the end come from :mod:`course_tools.grade.report`. Exit status 2 when the
+Part of :mod:`course_grader` (its docstring is the ``--help`` text). The flags fill in
+:class:`~course_grader.options.Options` and call :func:`~course_grader.pipeline.grade_all`;
+the tables printed at the end come from :mod:`course_grader.report`. Exit status 2 when the
 sandbox cannot start, a reference notebook is malformed, shard reports cannot be merged, ``--only``
 names an unknown learner, or an export's report or roster cannot be read.
 """
@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 
 from course_tools.cputime import WALL_FACTOR
-from course_tools.grade.options import Options
-from course_tools.grade.pipeline import ROOT, UnknownLearner, grade_all
-from course_tools.grade.report import load_report, merge_reports, pass_rate_table, table
+from course_grader.options import Options
+from course_grader.pipeline import ROOT, UnknownLearner, grade_all
+from course_grader.report import load_report, merge_reports, pass_rate_table, table
+from course_grader.steps import hooks
 from course_tools.release import AuthoringError
-from course_tools.sandbox import GiB, Limits, SandboxUnavailable
+from course_grader.sandbox import GiB, Limits, SandboxUnavailable
 
 __all__ = ["main"]
 
@@ -39,16 +40,15 @@ def _size_arg(text: str) -> int:
 
 
 def _merge(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m course_tools.grade merge",
+    p = argparse.ArgumentParser(prog="python -m course_grader merge",
                                 description="Combine the reports of --shard runs into one.")
     p.add_argument("inputs", nargs="+", type=Path, help="the shards' grades CSV files")
     p.add_argument("--report", type=Path, required=True, help="the combined CSV to write")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions",
                    help="reference notebooks, for the hints of the feedback pages (default: solutions/)")
     args = p.parse_args(argv)
-    from course_tools.grade.check_guide import check_guide
-    from course_tools.grade.html_report import write_pages
-    from course_tools.grade.plan import references
+    from course_grader.html_report import check_guide, write_pages
+    from course_grader.plan import references
 
     try:
         guide = check_guide(references(args.solutions)[1])
@@ -63,9 +63,9 @@ def _merge(argv: list[str]) -> int:
 
 
 def _export(argv: list[str]) -> int:
-    from course_tools.grade.export import FORMATS, RosterError, gradebook, read_roster, write_export
+    from course_grader.export import FORMATS, RosterError, gradebook, read_roster, write_export
 
-    p = argparse.ArgumentParser(prog="python -m course_tools.grade export",
+    p = argparse.ArgumentParser(prog="python -m course_grader export",
                                 description="Write the gradebook an LMS imports (see the README).")
     p.add_argument("report", type=Path, help="the grades CSV a grading run wrote")
     p.add_argument("--format", choices=FORMATS, required=True)
@@ -90,9 +90,9 @@ def _export(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from course_tools import grade as package   # the package's docstring is the help text
+    import course_grader as package   # the package's docstring is the help text
 
-    p = argparse.ArgumentParser(prog="python -m course_tools.grade", description=package.__doc__,
+    p = argparse.ArgumentParser(prog="python -m course_grader", description=package.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submissions", nargs="+", type=Path, help="notebooks, learner folders, or class folders")
     p.add_argument("--report", type=Path, default=None, help="CSV to write (also .checks.csv, .files.csv, "
@@ -117,6 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--require-commits", action="store_true",
                    help="homework: a history that fails the commit-discipline verdict scores 0 (default: reported only)")
     p.add_argument("--no-homework", action="store_true", help="grade the notebooks only, not the homework scripts")
+    for add_arguments in hooks("add_arguments").values():   # the step modules' own flags
+        add_arguments(p)
     return p
 
 
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--only 需要至少一个学员名,例如 --only alice,sec2/bob")
     options = Options(cell_timeout=args.cell_timeout, timeout=args.timeout, jobs=max(1, args.jobs),
                       sandbox=not args.no_sandbox, limits=Limits(memory=args.memory), run_flagged=args.run_flagged,
-                      homework=not args.no_homework, require_commits=args.require_commits)
+                      homework=not args.no_homework, require_commits=args.require_commits,
+                      steps={name: read(args, p) for name, read in hooks("read_arguments").items()})
     try:
         grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume,
                            only=only)

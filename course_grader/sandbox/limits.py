@@ -1,8 +1,8 @@
 """What one sandbox may use (:class:`Limits`), and the launcher stub that applies the limits before bwrap.
 
-Part of :mod:`course_tools.sandbox`. Every sandbox, a notebook's kernel or a homework run, starts
+Part of :mod:`course_grader.sandbox`. Every sandbox, a notebook's kernel or a homework run, starts
 through :func:`launcher_command`: a tiny ``python -I -S`` program that joins the sandbox's cgroup
-(:mod:`course_tools.sandbox.cgroup`), sets ``RLIMIT_AS`` (address space per process; ``import torch``
+(:mod:`course_grader.sandbox.cgroup`), sets ``RLIMIT_AS`` (address space per process; ``import torch``
 alone maps about 3.4 GiB, so the default is 6 GiB), ``RLIMIT_FSIZE`` and no core files, arranges to
 die with the grader (``PR_SET_PDEATHSIG``; it exits at once if the grader is already gone), then
 execs ``bwrap`` (or, with ``--no-sandbox``, the command itself in the scrubbed environment).
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from course_tools.sandbox.cgroup import Cgroup
+    from course_grader.sandbox.cgroup import Cgroup
 
 __all__ = ["GiB", "MiB", "Limits", "launcher_command", "launch_config"]
 

@@ -1,16 +1,17 @@
 """The settings of one grading run (:class:`Options`), shared by every step that runs learner code.
 
-Part of :mod:`course_tools.grade`: the command line (:mod:`course_tools.grade.cli`) fills them in, the
-class run (:mod:`course_tools.grade.pipeline`) and the notebook step (:mod:`course_tools.grade.notebook`)
+Part of :mod:`course_grader`: the command line (:mod:`course_grader.cli`) fills them in, the
+class run (:mod:`course_grader.pipeline`) and the notebook step (:mod:`course_grader.notebook`)
 read them.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
-from course_tools.grade.homework import HOMEWORK_LIMITS
-from course_tools.sandbox import Limits
+from course_grader.homework import HOMEWORK_LIMITS
+from course_grader.sandbox import Limits
 
 __all__ = ["Options"]
 
@@ -19,7 +20,8 @@ __all__ = ["Options"]
 class Options:
     """How notebooks are run. ``cell_timeout``, ``timeout``: CPU seconds per cell and per notebook (all its
     runs), each with a wall-clock backstop of ``WALL_FACTOR`` times that; ``grace``: seconds (wall) a cell
-    gets to stop after its interrupt."""
+    gets to stop after its interrupt; ``steps``: the step modules' own settings, by module name
+    (:func:`course_grader.steps.hooks`)."""
 
     cell_timeout: float = 120.0
     timeout: float = 900.0
@@ -31,6 +33,7 @@ class Options:
     homework: bool = True
     require_commits: bool = False
     homework_limits: Limits = HOMEWORK_LIMITS
+    steps: dict[str, Any] = field(default_factory=dict)
 
     @property
     def threads(self) -> int:

@@ -27,10 +27,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_tools.grade.collect import Finding
-from course_tools.grade.kernel import clean_text
+from course_grader.collect import Finding
+from course_grader.kernel import clean_text
 
-__all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "Report", "load_report",
+__all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "row_columns",
+           "check_columns", "step_columns", "Report", "load_report",
            "merge_reports", "counted", "pass_rates", "pass_rate_table", "feedback_names", "feedback_markdown", "table"]
 
 COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
@@ -52,11 +53,13 @@ class CheckOutcome:
     check: str
     passed: bool
     message: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Grade:
-    """One learner x notebook row. ``commits``: the homework's commit-discipline verdict (empty for notebooks)."""
+    """One learner x notebook row. ``commits``: the homework's commit-discipline verdict (empty for notebooks);
+    ``extra``: the step modules' own columns (:func:`row_columns`)."""
 
     learner: str
     notebook: str
@@ -66,6 +69,7 @@ class Grade:
     review: list[str] = field(default_factory=list)
     checks: list[CheckOutcome] = field(default_factory=list)
     commits: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -79,11 +83,33 @@ class Grade:
         return {"learner": self.key[0], "notebook": self.key[1], "passed": str(self.passed), "total": str(self.total),
                 "score": f"{self.score:.3f}", "commits": safe_field(self.commits, 400),
                 "review": safe_field(" | ".join(self.review)),
-                "notes": safe_field(" | ".join(self.notes))}
+                "notes": safe_field(" | ".join(self.notes))} | _extra(self.extra, "ROW_COLUMNS")
 
     def check_rows(self) -> list[dict[str, str]]:
         return [{"learner": self.key[0], "notebook": self.key[1], "check": safe_field(c.check, 200),
-                 "passed": "1" if c.passed else "0", "message": safe_field(c.message, 1000)} for c in self.checks]
+                 "passed": "1" if c.passed else "0", "message": safe_field(c.message, 1000)}
+                | _extra(c.extra, "CHECK_COLUMNS") for c in self.checks]
+
+
+def step_columns(kind: str) -> tuple[str, ...]:
+    """The extra columns the step modules add (``kind``: ``ROW_COLUMNS`` or ``CHECK_COLUMNS``), in step order."""
+    from course_grader.steps import hooks
+
+    return tuple(c for columns in hooks(kind).values() for c in columns)
+
+
+def row_columns() -> tuple[str, ...]:
+    """The columns of ``grades.csv``: :data:`COLUMNS`, then the step modules' own."""
+    return COLUMNS + step_columns("ROW_COLUMNS")
+
+
+def check_columns() -> tuple[str, ...]:
+    """The columns of ``grades.checks.csv``: :data:`CHECK_COLUMNS`, then the step modules' own."""
+    return CHECK_COLUMNS + step_columns("CHECK_COLUMNS")
+
+
+def _extra(values: dict[str, str], kind: str) -> dict[str, str]:
+    return {c: safe_field(values.get(c, ""), 400) for c in step_columns(kind)}
 
 
 def _sibling(report: Path, suffix: str) -> Path:
@@ -105,11 +131,12 @@ def load_report(path: Path) -> list[Grade]:
         grades[r["learner"], r["notebook"]] = Grade(
             r["learner"], r["notebook"], int(r["passed"]), int(r["total"]),
             [n for n in r["notes"].split(" | ") if n], [n for n in r["review"].split(" | ") if n],
-            commits=r["commits"])
+            commits=r["commits"], extra={c: r[c] for c in step_columns("ROW_COLUMNS") if r.get(c)})
     for r in _read_rows(_sibling(path, ".checks.csv"), CHECK_COLUMNS):
         grade = grades.get((r["learner"], r["notebook"]))
         if grade is not None:
-            grade.checks.append(CheckOutcome(r["check"], r["passed"] == "1", r["message"]))
+            grade.checks.append(CheckOutcome(r["check"], r["passed"] == "1", r["message"],
+                                             {c: r[c] for c in step_columns("CHECK_COLUMNS") if r.get(c)}))
     return list(grades.values())
 
 
@@ -130,8 +157,9 @@ class Report:
         self.grades: list[Grade] = [g for g in load_report(self.path) if g.key[0] not in drop] if resume else []
         self.done = {g.key for g in self.grades}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._grades_file = self._open(self.path, COLUMNS, [g.row() for g in self.grades])
-        self._checks_file = self._open(self.checks_path, CHECK_COLUMNS, [r for g in self.grades for r in g.check_rows()])
+        self._grades_file = self._open(self.path, row_columns(), [g.row() for g in self.grades])
+        self._checks_file = self._open(self.checks_path, check_columns(),
+                                       [r for g in self.grades for r in g.check_rows()])
 
     @staticmethod
     def _open(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]):

@@ -1,0 +1,6 @@
+"""``python -m course_grader``: the command line (:func:`course_grader.cli.main`)."""
+import sys
+
+from course_grader import main
+
+sys.exit(main())

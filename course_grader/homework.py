@@ -1,0 +1,129 @@
+"""Grade the homework of ``10_homework``: each learner's scripts, run by the upgrade checks in sandboxes (instructor tool).
+
+Part of :mod:`course_grader`. :func:`grade_homework` makes one learner's
+:class:`~course_grader.submission.Submission`, runs :data:`~course_grader.steps.HOMEWORK_STEPS` on it
+in a scratch folder of its own (the hand-in read safely: :mod:`course_grader.hand_in`; the stamp and
+``--regrade``: :mod:`course_grader.regrade`; each upgrade's check, every run in its own sandbox:
+:mod:`course_grader.upgrades`; the commit walk and its verdict: :mod:`course_grader.discipline`)
+and builds the row from the final record: one row per learner (``passed/total`` = upgrades) and one
+check row per upgrade. The head's verdicts always come from running the checks; the score is their
+count, set to 0 only by ``--require-commits`` (:attr:`HomeworkSetup.require_commits`) on a history
+that fails the commit verdict (a plain folder has no history and is never penalised).
+
+Example::
+
+    setup = HomeworkSetup.for_solutions(Path("solutions"))
+    sub = grade_homework(item, setup, sandbox=True, private=Path(tmp))
+    sub.grade.passed, sub.scripts["train_cifar.py"]
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from course_grader.collect import Item
+from course_grader.commits import HOMEWORK
+from course_grader.hand_in import texts
+from course_grader.report import CheckOutcome, Grade
+from course_grader.sandbox import GiB, MiB, Limits
+from course_grader.similarity import PRO_REFERENCE, REFERENCE
+from course_grader.steps import HOMEWORK_STEPS, run_steps_sync
+from course_grader.submission import Submission
+from course_grader.upgrades import upgrade_label
+from course_tools.checks.nb10_homework import TRAIN, UPGRADES
+
+__all__ = ["NOTEBOOK", "HOMEWORK", "HOMEWORK_LIMITS", "HomeworkSetup", "grade_homework", "failed_grade"]
+
+NOTEBOOK = "10_homework.ipynb"
+# One script run: torch maps ~3.4 GiB of address space, a tiny run stays under 1 GiB resident; a
+# run folder holds a few small checkpoints and logs.
+HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=256 * MiB, disk=512 * MiB,
+                         tmp=256 * MiB, shm=256 * MiB, home=64 * MiB)
+
+
+@dataclass(frozen=True)
+class HomeworkSetup:
+    """Where the homework's references are and how it is graded.
+
+    ``reference``: the reference scripts (``solutions/homework``); ``baseline``: the released scripts
+    everyone starts from (``notebooks/homework``); ``course``: the course repository (the learner's
+    starting commit is its newest commit in the learner's history; None: found from the baseline).
+    """
+
+    reference: Path
+    baseline: Path
+    course: Path | None = None
+    require_commits: bool = False
+    limits: Limits = HOMEWORK_LIMITS
+
+    @classmethod
+    def for_solutions(cls, solutions: Path, **kw) -> "HomeworkSetup | None":
+        """``solutions/homework`` and ``solutions/../notebooks/homework``; None when there are no reference scripts."""
+        solutions = Path(solutions).resolve()
+        reference = solutions / "homework"
+        if not reference.is_dir():
+            return None
+        root = solutions.parent
+        return cls(reference, root / HOMEWORK, root if (root / ".git").exists() else None, **kw)
+
+    def reference_scripts(self) -> dict[str, dict[str, str]]:
+        """The references a learner's scripts are compared with, by name (:data:`REFERENCE`: the reference
+        answer, same file names; :data:`PRO_REFERENCE`: ``train_cifar_pro.py``, standing for ``train_cifar.py``),
+        each mapping the LEARNER's file name to the reference's text; a reference with no file is left out."""
+        names = dict.fromkeys(n for u in UPGRADES for n in u.scripts)
+        paths = {REFERENCE: {name: self.reference / name for name in names},
+                 PRO_REFERENCE: {TRAIN: self.reference / "train_cifar_pro.py"}}
+        found = {other: {name: path.read_text(encoding="utf-8", errors="replace")
+                         for name, path in files.items() if path.is_file()} for other, files in paths.items()}
+        return {other: files for other, files in found.items() if files}
+
+    def baseline_scripts(self) -> dict[str, str]:
+        """The released scripts everyone starts from, by file name."""
+        return texts(self.baseline) if self.baseline.is_dir() else {}
+
+
+def _unrun(grade: Grade, reason: str) -> None:
+    grade.checks = [CheckOutcome(upgrade_label(u), False, reason) for u in UPGRADES]
+
+
+def failed_grade(item: Item, reason: str) -> Grade:
+    """The homework row of a learner whose grading hit a grader bug: every upgrade failed, the total kept."""
+    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=[reason])
+    _unrun(grade, reason)
+    return grade
+
+
+def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: Path,
+                   settings: dict[str, Any] | None = None) -> Submission:
+    """Grade one learner's homework (``item.form``/``item.path`` from the collector); never raises for a bad
+    submission. ``settings``: the step modules' own (``Options.steps``)."""
+    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=list(item.notes), review=list(item.review))
+    sub = Submission(item, grade, private, sandbox, settings=settings or {}, setup=setup)
+    if not sandbox:
+        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
+    if item.path is None:
+        _unrun(grade, "未提交作业")
+        return sub
+    scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
+    try:
+        _grade(item, setup, sandbox, scratch, sub)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    sub.finish()
+    if not sub.final and setup.require_commits and grade.commits and not _discipline_ok(grade):
+        grade.notes.append(f"--require-commits: 提交纪律不合格,作业记 0 分(检查本身通过 {grade.passed} 个)")
+        grade.passed = 0
+    return sub
+
+
+def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, sub: Submission) -> None:
+    """The homework's steps, in ``scratch`` (``item``, ``setup`` and ``sandbox`` are ``sub``'s)."""
+    sub.scratch = scratch
+    run_steps_sync(HOMEWORK_STEPS, sub)
+
+
+def _discipline_ok(grade: Grade) -> bool:
+    return not grade.commits.startswith("不合格")

@@ -1,0 +1,80 @@
+"""The grader's pipeline as code: the ordered steps of a notebook and of the homework, in one place.
+
+Part of :mod:`course_grader`. Each step is one module with one function, ``step(sub)``, over one
+:class:`~course_grader.submission.Submission`; the row written to the report is built from the
+record the last step leaves (:meth:`~course_grader.submission.Submission.finish`). A step that
+settles the row sets ``sub.done`` and the later ones are skipped. The idea is nbgrader's list of
+preprocessors: adding a step is one module and one entry in a list below.
+
+A notebook (:func:`course_grader.notebook.grade_item`):
+
+- ``plan``: read the submission, merge its exercises into the released reference (unreadable or
+  missing: every check fails with the reason);
+- ``scan``: the exercises the tamper scan flagged run as their stubs (unless ``--run-flagged``);
+- ``kernel``: run the notebook in a sandboxed kernel, again with each offending exercise stubbed;
+- ``answers``: score every check cell from the kernel's replies, or outside it (self-test answers).
+
+The homework (:func:`course_grader.homework.grade_homework`):
+
+- ``hand_in``: open the history (clone, bundle) and copy the scripts handed in, safely;
+- ``upgrades``: each upgrade's check on the scripts handed in, every run in its own sandbox;
+- ``discipline``: the commit walk and its verdict (one upgrade per commit, in order).
+
+A step module may also define ``add_arguments(parser)`` and ``read_arguments(args, parser)`` (its
+flags; the value lands in ``options.steps[<module>]``), ``ROW_COLUMNS`` / ``CHECK_COLUMNS`` (extra
+report columns, filled from ``grade.extra`` / ``check.extra``) and ``finish(report, grades,
+settings) -> str`` (called once after the run; an HTML section for ``grades.html``).
+
+Example::
+
+    await run_steps(NOTEBOOK_STEPS, sub)      # in the event loop (the kernel step is async)
+    run_steps_sync(HOMEWORK_STEPS, sub)       # in a worker thread
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from course_grader import answers, discipline, hand_in, kernel, plan, scan, upgrades
+from course_grader.submission import Submission
+
+__all__ = ["NOTEBOOK_STEPS", "HOMEWORK_STEPS", "run_steps", "run_steps_sync", "step_modules", "hooks"]
+
+Step = Callable[[Submission], Any]
+
+NOTEBOOK_STEPS: tuple[Step, ...] = (plan.step, scan.step, kernel.step, answers.step)
+HOMEWORK_STEPS: tuple[Step, ...] = (hand_in.step, upgrades.step, discipline.step)
+
+
+async def run_steps(steps: tuple[Step, ...], sub: Submission) -> Submission:
+    """Run ``steps`` in order on ``sub`` (awaiting the async ones) until one sets ``sub.done``."""
+    for step in steps:
+        if sub.done:
+            break
+        result = step(sub)
+        if inspect.isawaitable(result):
+            await result
+    return sub
+
+
+def run_steps_sync(steps: tuple[Step, ...], sub: Submission) -> Submission:
+    """:func:`run_steps` for lists of plain functions (the homework's, run in a worker thread)."""
+    for step in steps:
+        if sub.done:
+            break
+        step(sub)
+    return sub
+
+
+def step_modules() -> list[ModuleType]:
+    """The modules of both lists' steps, each once, in order."""
+    names = dict.fromkeys(s.__module__ for s in NOTEBOOK_STEPS + HOMEWORK_STEPS)
+    return [sys.modules[name] for name in names]
+
+
+def hooks(name: str) -> dict[str, Any]:
+    """Short module name -> the attribute ``name`` of each step module that defines it."""
+    return {m.__name__.rsplit(".", 1)[1]: getattr(m, name) for m in step_modules() if hasattr(m, name)}

@@ -1,0 +1,80 @@
+"""One submission on its way through the grader's steps: the record every step reads and fills in.
+
+Part of :mod:`course_grader`. A :class:`Submission` is one learner x notebook (or the homework):
+what was handed in (``item``), the run's settings, the row being built (``grade``: checks, notes,
+review, the ``commits`` column, the stamp in ``grade.extra``), and what one step leaves for a later
+one (the notebook's ``plan``, its ``outcomes``; the homework's ``history``, ``head`` and ``runner``).
+The steps run in the order of :mod:`course_grader.steps`; a step that settles the row (nothing handed
+in, unreadable, or a regrade whose stamp still matches) sets ``done`` and the later steps are skipped.
+The row written to the report is built from the final record (:meth:`Submission.finish`).
+
+Example::
+
+    sub = Submission(item, Grade(item.learner, item.reference.name, total=2), private=Path(tmp))
+    await run_steps(NOTEBOOK_STEPS, sub)
+    sub.finish().passed
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from course_grader.collect import Item
+from course_grader.report import CheckOutcome, Grade
+
+if TYPE_CHECKING:
+    import nbformat
+
+    from course_grader.homework import HomeworkSetup
+    from course_grader.kernel import CellResult
+    from course_grader.options import Options
+    from course_grader.plan import Plan
+
+__all__ = ["Submission"]
+
+
+@dataclass
+class Submission:
+    """The record of one learner x notebook (or the homework) while the steps run (see the module docstring).
+
+    ``settings``: what step modules read from the command line, by module name (``options.steps``);
+    ``scratch``: the homework's private folder for this learner (removed after the steps);
+    ``check_extra``: check label -> extra check columns, put on the checks when the row is built;
+    ``done``: the later steps are skipped; ``final``: the row is complete as it stands (nothing recounted).
+    """
+
+    item: Item
+    grade: Grade
+    private: Path
+    sandbox: bool = True
+    options: Options | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    released: nbformat.NotebookNode | None = None
+    setup: HomeworkSetup | None = None
+    scratch: Path | None = None
+    plan: Plan | None = None
+    stubbed: dict[int, str] = field(default_factory=dict)
+    outcomes: dict[int, CellResult] = field(default_factory=dict)
+    ended: str = ""
+    history: Any = None
+    runner: Any = None
+    head: Path | None = None
+    scripts: dict[str, str] = field(default_factory=dict)
+    runs: int = 0
+    check_extra: dict[str, dict[str, str]] = field(default_factory=dict)
+    done: bool = False
+    final: bool = False
+
+    def unrun(self, labels: list[str], reason: str) -> None:
+        """Every check of the row failed with ``reason`` (nothing ran), and the later steps skipped."""
+        self.grade.checks = [CheckOutcome(label, False, reason) for label in labels]
+        self.done = True
+
+    def finish(self) -> Grade:
+        """The row: ``passed`` counted from the checks, each check given its ``check_extra`` columns."""
+        if not self.final:
+            self.grade.passed = sum(c.passed for c in self.grade.checks)
+            for check in self.grade.checks:
+                check.extra.update(self.check_extra.get(check.check, {}))
+        return self.grade
