@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import io
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
@@ -31,7 +33,7 @@ from matplotlib.figure import Figure
 from course_grader.report import Grade, counted, pass_rates
 
 __all__ = ["CheckRow", "learner_scores", "discrimination", "check_rows", "figure_uri", "score_chart",
-           "pass_rate_chart"]
+           "chart_label", "pass_rate_chart"]
 
 _MIN_LEARNERS = 3
 
@@ -51,10 +53,13 @@ class CheckRow:
         return self.passed / self.graded if self.graded else 0.0
 
 
-def learner_scores(grades: list[Grade]) -> dict[str, tuple[int, int]]:
-    """learner -> (checks passed, checks in total) over all their rows, as the feedback's 总分 counts them."""
+def learner_scores(grades: list[Grade], only: Callable[[Grade], bool] | None = None) -> dict[str, tuple[int, int]]:
+    """learner -> (checks passed, checks in total) over all their rows (``only``: the rows it keeps), as the
+    feedback's 总分 counts them."""
     totals: dict[str, list[int]] = {}
     for g in grades:
+        if only is not None and not only(g):
+            continue
         acc = totals.setdefault(g.key[0], [0, 0])
         acc[0] += g.passed
         acc[1] += g.total
@@ -117,11 +122,19 @@ def score_chart(grades: list[Grade]) -> str:
     return figure_uri(fig)
 
 
+def chart_label(k: int, row: CheckRow) -> str:
+    """``#3 01_amp check-amp-step``, ``#1 10_homework upgrade 2``: the check named in ASCII (the plots have no CJK
+    font), numbered as the page's table."""
+    check = re.sub(r"^升级 (\d+).*", r"upgrade \1", row.check)
+    check = re.sub(r"[^\x20-\x7e]+", " ", check).strip() or "check"
+    return f"#{k} {row.notebook.removesuffix('.ipynb')} {check}"[:60]
+
+
 def pass_rate_chart(rows: list[CheckRow]) -> str:
-    """Horizontal bars: each check's class pass rate, hardest at the top, labelled ``#k`` as the page's table."""
+    """Horizontal bars: each check's class pass rate, hardest at the top, labelled as the page's table."""
     fig = Figure(figsize=(7, 0.3 * len(rows) + 1.2))
     ax = fig.subplots()
-    labels = [f"#{k} {r.notebook.removesuffix('.ipynb')}" for k, r in enumerate(rows, start=1)]   # ASCII: no CJK font
+    labels = [chart_label(k, r) for k, r in enumerate(rows, start=1)]
     ax.barh(range(len(rows)), [r.rate * 100 for r in rows], color="tab:orange")
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.set_xlim(0, 100)

@@ -1,8 +1,7 @@
 """The homework's commits: read a learner's git history without trusting it (the verdict: ``discipline``).
 
-Reference machinery for the grader (``course_grader``), not taught. The homework
-(``10_homework.ipynb``) asks for each upgrade in its own commit, in order. The grader hands
-:func:`open_history` what the learner submitted:
+Part of :mod:`course_grader`. The homework asks for each upgrade in its own commit, in order; the
+grader hands :func:`open_history` what the learner submitted:
 
 - a plain folder without history: ``None`` (nothing to judge, no penalty:
   :data:`~course_grader.discipline.NO_HISTORY`);
@@ -14,35 +13,32 @@ Reference machinery for the grader (``course_grader``), not taught. The homework
   the ref whose commit is newest.
 
 :class:`History` then names the workbook's starting commit (:attr:`History.start`): the newest
-commit on the first-parent line of the head that is also a commit of the course repository
-(``course``, default the grader's own checkout); failing that, the newest whose
-``notebooks/homework/train_cifar.py`` equals the released baseline byte for byte; failing
-that, the root commit. :attr:`History.commits` are the learner's commits after it on that
-line, oldest first (merges included: they are on the learner's line). The grader runs each
-upgrade's check on :meth:`History.export` of a commit and hands
-:func:`~course_grader.discipline.judge_discipline` the
-first commit at which each check passed.
+commit of the head's first-parent line that is on the course repository's published branch (``course``,
+default the grader's own checkout; the first of :data:`PUBLISHED` it has), not merely present there: a
+checkout holding the learner's commits (their own clone, a course repository a bundle was fetched
+into) must not make them the start. When there is no published branch, or it already holds the head,
+the start note says in one line why the grader cannot tell, and the start is the newest commit whose
+``notebooks/homework/train_cifar.py`` is the released baseline byte for byte; failing that, the root.
+:attr:`History.commits` are the learner's commits after it on that line, oldest first (merges
+included); the walk (:mod:`course_grader.discipline`) checks them through :meth:`History.export`.
 
-Security: the history is untrusted and the grader runs as the instructor. No git command ever
-runs inside the learner's folder. A git folder is copied into the scratch folder first,
-regular files only (no symlinks, nothing but ``HEAD``, ``packed-refs``, ``shallow``, ``refs/``
-and ``objects/`` without ``objects/info/alternates``), at most 256 MiB and 20 000 files; a
-bundle is copied the same way and ``git bundle verify``-ed. The learner's ``config``
-(``core.fsmonitor``, ``core.hooksPath``, filters, ``include.path``...), hooks, alternates and a
-``.git`` that is a symlink or a ``gitdir:`` file are therefore never read. From that copy the
-head's history is fetched (objects checked: ``transfer.fsckObjects``) into a FRESH bare
-repository in ``scratch``, and everything afterwards reads only that repository. Every git
-call gets a clean environment (``GIT_CONFIG_NOSYSTEM=1``, ``GIT_CONFIG_GLOBAL=/dev/null``,
-``HOME`` = the scratch folder, no prompts), ``-c core.hooksPath=/dev/null -c core.fsmonitor=false``,
-only the ``file`` protocol, and a timeout. Files are read out with ``git cat-file`` (no filters,
-no attributes); :meth:`History.export` refuses symlinks, submodules, paths leaving ``dest``,
-files over 1 MiB and more than 50 files.
+Security: the history is untrusted and the grader runs as the instructor. No git command runs inside the
+learner's folder. A git folder is copied into the scratch folder first, regular files only (no symlinks,
+nothing but ``HEAD``, ``packed-refs``, ``shallow``, ``refs/`` and ``objects/`` without
+``objects/info/alternates``), at most 256 MiB and 20 000 files; a bundle is copied the same way and ``git
+bundle verify``-ed. The learner's ``config`` (``core.fsmonitor``, ``core.hooksPath``, filters,
+``include.path``...), hooks, alternates and a ``.git`` that is a symlink or a ``gitdir:`` file are therefore
+never read. From that copy the head's history is fetched (objects checked: ``transfer.fsckObjects``) into a
+FRESH bare repository in ``scratch``, and everything afterwards reads only that repository. Every git call
+gets a clean environment (``GIT_CONFIG_NOSYSTEM=1``, ``GIT_CONFIG_GLOBAL=/dev/null``, ``HOME`` = the scratch
+folder, no prompts), ``-c core.hooksPath=/dev/null -c core.fsmonitor=false``, only the ``file`` protocol, and
+a timeout. Files are read out with ``git cat-file`` (no filters, no attributes); :meth:`History.export`
+refuses symlinks, submodules, paths leaving ``dest``, files over 1 MiB and more than 50 files.
 
 Example::
 
     history = open_history(Path("submissions/alice"), Path(tmp))   # None: a plain folder
-    for commit in history.commits:
-        scripts = history.export(commit, Path(tmp) / commit.short)
+    scripts = [history.export(commit, Path(tmp) / commit.short) for commit in history.commits]
 """
 from __future__ import annotations
 
@@ -54,13 +50,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["ROOT", "HOMEWORK", "Commit", "History", "HistoryError", "open_history"]
+__all__ = ["ROOT", "HOMEWORK", "PUBLISHED", "Commit", "History", "HistoryError", "open_history"]
 
 ROOT = Path(__file__).resolve().parents[1]
 HOMEWORK = "notebooks/homework"          # where the learner's scripts live in the workbook
 _BASELINE = ROOT / HOMEWORK / "train_cifar.py"
 _HEAD_REF = "refs/grader/head"
 _BRANCH = "homework-0.4"                  # the branch the hand-in command bundles
+# The course's published branch, first found wins: a clone's origin, then the course repository's own.
+PUBLISHED = ("refs/remotes/origin/main", "refs/remotes/origin/master", "refs/heads/main", "refs/heads/master")
 _BUNDLE_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
 
 _MAX_COPY_BYTES = 256 * 2 ** 20           # a git folder or bundle copied into scratch
@@ -193,6 +191,15 @@ def _batch_check(home: Path, repo: Path | None, queries: list[str], cwd_course: 
     return out.decode("utf-8", "replace").splitlines()
 
 
+def _is_published(home: Path, course: Path, sha: str, branch: str) -> bool:
+    """Whether the course's (trusted) ``branch`` contains ``sha``."""
+    try:
+        _git(home, None, "-C", str(course), "merge-base", "--is-ancestor", sha, branch, what="读取课程仓库")
+    except HistoryError:
+        return False
+    return True
+
+
 class History:
     """A learner's history, held in a fresh bare repository in scratch (see the module docstring).
 
@@ -217,19 +224,36 @@ class History:
                        zip(line, trees)}
         self._parent = {c.sha: line[i + 1].sha for i, c in enumerate(line[:index])}
 
+    def _published(self, line: list[Commit], course: Path) -> tuple[int | None, str]:
+        """The index in ``line`` of the newest commit on the course's published branch, or (None, why not)."""
+        refs = _git(self._home, None, "-C", str(course), "for-each-ref", "--format=%(refname)", *PUBLISHED,
+                    what="读取课程仓库").decode().split()
+        branch = next((ref for ref in PUBLISHED if ref in refs), None)
+        if branch is None:
+            return None, "课程仓库没有发布分支 (origin/main 或 main), 分不出学员的提交"
+        name = branch.removeprefix("refs/heads/").removeprefix("refs/remotes/")
+        answers = _batch_check(self._home, None, [c.sha for c in line], cwd_course=course)
+        for i, answer in enumerate(answers):
+            if answer.split()[1:2] == ["commit"] and _is_published(self._home, course, line[i].sha, branch):
+                if i == 0:
+                    return None, f"课程仓库的 {name} 已包含交来的最后一次提交 {line[0].short}, 分不出学员的提交"
+                return i, f"起点 {line[i].short} «{line[i].subject}» (课程仓库 {name} 上的提交)"
+        return None, f"课程仓库的 {name} 上没有这段历史的提交"
+
     def _find_start(self, line: list[Commit], course: Path | None, baseline: bytes) -> tuple[int, str]:
+        why = ""
         if course is not None and (course / ".git").exists():
-            answers = _batch_check(self._home, None, [c.sha for c in line], cwd_course=course)
-            for i, answer in enumerate(answers):
-                if answer.split()[1:2] == ["commit"]:
-                    return i, f"起点 {line[i].short} «{line[i].subject}» (课程仓库里的提交)"
+            index, why = self._published(line, course)
+            if index is not None:
+                return index, why
+            why += "; "
         blob = _git(self._home, self.repo, "hash-object", "--stdin", "--no-filters", what="计算基线",
                     stdin=baseline).decode().strip()
         answers = _batch_check(self._home, self.repo, [f"{c.sha}:{HOMEWORK}/train_cifar.py" for c in line])
         for i, answer in enumerate(answers):
             if answer.split()[0] == blob:
-                return i, f"起点 {line[i].short} «{line[i].subject}» (train_cifar.py 与发布的基线逐字节相同)"
-        return len(line) - 1, (f"起点 {line[-1].short} «{line[-1].subject}» (根提交: 既找不到课程仓库的提交, "
+                return i, f"{why}起点 {line[i].short} «{line[i].subject}» (train_cifar.py 与发布的基线逐字节相同)"
+        return len(line) - 1, (f"{why}起点 {line[-1].short} «{line[-1].subject}» (根提交: 既找不到课程仓库的提交, "
                                f"也找不到与基线相同的 train_cifar.py)")
 
     def touches_homework(self, commit: Commit) -> bool:

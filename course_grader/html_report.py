@@ -177,9 +177,12 @@ def class_page(grades: list[Grade], pairs: list[SimilarPair], links: dict[str, s
     """``grades.html``: the whole class on one self-contained page; ``links``: learner -> feedback page href;
     ``sections``: the step modules' own HTML sections (already escaped), before the learners' table."""
     scores = learner_scores(grades)
-    learners = html_table(["学员", "总分", "得分率", "反馈"],
-                          [[escape(name), f"{p}/{t}", _percent(p, t), f"<a href=\"{escape(links[name])}\">反馈</a>"]
-                           for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 3}))
+    parts = [learner_scores(grades, lambda g: g.key[1] != HOMEWORK), learner_scores(grades, lambda g: g.key[1] == HOMEWORK)]
+    learners = html_table(["学员", "总分", "得分率", "notebook", "作业", "反馈"],
+                          [[escape(name), f"{p}/{t}", _percent(p, t),
+                            *(f"{s[name][0]}/{s[name][1]}" if s.get(name, (0, 0))[1] else "-" for s in parts),
+                            f"<a href=\"{escape(links[name])}\">反馈</a>"]
+                           for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 5}))
     review = [[g.key[0], g.key[1], " | ".join(g.review)] for g in grades if g.review]
     discipline = [[g.key[0], g.commits] for g in grades if g.key[1] == HOMEWORK and g.commits]
     body = [_HEAD.format(title="班级批改报告"), "<h1>班级批改报告</h1>\n",

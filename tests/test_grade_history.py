@@ -84,6 +84,32 @@ def test_failing_both_the_start_is_the_root_commit(tmp_path: Path) -> None:
     assert subjects(history.commits) == ["upgrade 1: feature 1"]
 
 
+def test_a_course_checkout_holding_the_learners_commits_starts_at_its_published_branch(course: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The instructor fetched the learner's bundle into the course repository, or grades in the learner's own
+    clone: the learner's commits are present there, but only the published branch's commits make the start."""
+    learner = clone(course, tmp_path / "alice")
+    git(learner, "bundle", "create", str(tmp_path / "hw.bundle"), "main")
+    git(course, "fetch", "-q", str(tmp_path / "hw.bundle"), "main:homework-0.4")     # now in the course repo too
+    upgrades = [f"upgrade {k}: feature {k}" for k in range(1, 5)]
+    for path, checkout in ((tmp_path / "hw.bundle", course), (learner, learner)):
+        history = open_history(path, tmp_path / f"s-{checkout.name}", course=checkout)
+        assert history.start.sha == git(course, "rev-parse", "main") and "课程仓库 " in history.start_note
+        assert subjects(history.commits) == upgrades, history.start_note
+
+
+def test_when_the_published_branch_holds_the_head_the_start_note_says_why(course: Path, tmp_path: Path) -> None:
+    learner = clone(course, tmp_path / "alice")
+    git(course, "pull", "-q", "--ff-only", str(learner), "main")      # the course's main now ends at alice's head
+    history = open_history(learner, tmp_path / "scratch", course=course)
+    assert history.start_note.startswith(f"课程仓库的 main 已包含交来的最后一次提交 {history.head.short}, 分不出学员的提交")
+    assert history.start.subject == "course: readme" and "基线" in history.start_note   # the baseline's start
+    assert subjects(history.commits) == [f"upgrade {k}: feature {k}" for k in range(1, 5)]
+    git(course, "branch", "-q", "-m", "main", "published-elsewhere")
+    history = open_history(learner, tmp_path / "s2", course=course)
+    assert "没有发布分支" in history.start_note and len(history.commits) == 4
+
+
 def test_a_clone_of_the_real_workbook_and_the_scripted_learner(tmp_path: Path) -> None:
     """The defaults: the grader's own checkout as the course repository, its baseline as the baseline."""
     learner = tmp_path / "alice"

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 import pytest
 
 from course_tools.checks import nb01_amp
-from course_grader.class_stats import check_rows, discrimination
+from course_grader.class_stats import chart_label, check_rows, discrimination
 from course_grader.html_report import Guide, check_guide, similar_pairs, write_pages
 from course_grader.plan import make_plan, references
 from course_grader.report import CheckOutcome, Grade
@@ -175,3 +175,15 @@ def test_guide_gives_hint_tier_one_of_the_check_a_cell_calls():
     shown = [guide.hint("01_amp.ipynb", label) for label in labels]
     assert shown and all(h in tiers for h in shown if h) and set(shown) - {""} == tiers
     assert guide.hint("01_amp.ipynb", "no-such-check") == ""
+
+
+def test_the_learner_table_shows_each_part_beside_the_total_and_the_chart_names_the_check(tmp_path):
+    homework_only = Grade("hw_only", HW, 5, 5, checks=[CheckOutcome(f"升级 {k}: t", True) for k in range(1, 6)])
+    page = _parse(write_pages(tmp_path / "grades.csv", [*_class(), homework_only]).read_text(encoding="utf-8"))
+    rows = {r[0]: r for r in _learner_table(page)}
+    assert rows["学员"][:5] == ["学员", "总分", "得分率", "notebook", "作业"]
+    assert rows["hw_only"][1:5] == ["5/5", "100%", "-", "5/5"]          # not 5/25: no notebook was graded
+    assert rows["ann"][3:5] == ["2/2", "-"] and rows[SCRIPT][1:5] == ["1/3", "33%", "1/2", "0/1"]
+    labels = [chart_label(k, r) for k, r in enumerate(check_rows([*_class(), homework_only]), start=1)]
+    assert "#1 10_homework upgrade 1" in labels and any(label.endswith(f"{NB.removesuffix('.ipynb')} hard")
+                                                        for label in labels), labels
