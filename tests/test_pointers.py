@@ -6,11 +6,11 @@ at. 09's experiments are its ``### 实验 k`` headings ("09 实验 7"). ``bench/
 each ``## n. ... (`bench/X.py`)`` heading.
 
 A pointer is "NN §k", "NN §k–m", "NN §k.m", "``NN_name`` §k" (each followed by its list: "§k, §m", "§k 和 §m",
-"§k (what) and §m"), "第 NN 章第 k 节", "NN 实验 k", "RESULTS §n" or "RESULTS.md 第 n 节"; inside a
-notebook "§k" and "第 k 节" alone point at that notebook, and inside a module a bare "§k" belongs to the
-notebook named last in its paragraph. It is read where a learner reads it: every cell of every solution
-notebook, the source of ``course_utils``, ``course_tools`` and the homework scripts (docstrings, check hints,
-the quiz bank, ``--help`` texts), README, GLOSSARY and RESULTS.
+"§k (what) and §m"), "第 NN 章第 k 节", "NN 的第 k 节", "NN 实验 k", "RESULTS §n" or "RESULTS.md 第 n 节". A bare
+"§k" or "第 k 节" points at the notebook it stands in, in a check module ``nbNN_*.py`` at notebook NN, elsewhere at
+the notebook named last in its paragraph. It is read where a learner reads it: every cell of every solution
+notebook, the source of ``course_utils``, ``course_tools``, ``course_grader`` and the homework scripts
+(docstrings, check hints, the quiz bank, ``--help`` texts), README, GLOSSARY and RESULTS.
 
 Also here: stored tables that list notebooks or exercise counts (00's dashboard, README's chapter map,
 RESULTS' Run All and suite-time tables) agree with the notebooks, and every measured figure README quotes names
@@ -74,6 +74,7 @@ def results_sections() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ what a learner reads
+@lru_cache(maxsize=None)
 def texts() -> dict[str, tuple[str, str | None]]:
     """where -> (text, the notebook a bare "§k" in it means; "RESULTS" for RESULTS.md itself; None: none)."""
     found: dict[str, tuple[str, str | None]] = {}
@@ -82,7 +83,8 @@ def texts() -> dict[str, tuple[str, str | None]]:
             found[f"{path.name} cell {k}"] = (cell.source, notebook)
     for folder in ("course_utils", "course_tools", "course_grader", "solutions/homework"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            found[str(path.relative_to(ROOT))] = (path.read_text(encoding="utf-8"), None)
+            check = re.match(r"nb(\d\d[a-z]?)_", path.name) if path.parent.name == "checks" else None
+            found[str(path.relative_to(ROOT))] = (path.read_text(encoding="utf-8"), check and check.group(1))
     for name in ("README.md", "GLOSSARY.md"):
         found[name] = ((ROOT / name).read_text(encoding="utf-8"), None)
     found["bench/RESULTS.md"] = (RESULTS.read_text(encoding="utf-8"), "RESULTS")
