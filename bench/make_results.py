@@ -188,10 +188,26 @@ def forkserver_choice(d: dict) -> list[str]:
             f"the standard library's {100 * stdlib / fresh:.1f}%: {faster} is faster by {abs(ours - stdlib):.2f} s per run."]
 
 
+def resume_doctor(d: dict) -> list[str]:
+    bugs = [r for r in d["rows"] if r["upstream"] != "control"]
+    controls = [r for r in d["rows"] if r["upstream"] == "control"]
+    every = [r for r in bugs if r["caught"] == r["runs"]]
+    slowest = {k: max((r[k] for r in d["rows"] if r[k] is not None), default=None) for k in ("max_s_quiet", "max_s_hogs")}
+    times = ", ".join(f"{v:.0f} s {label}" for label, v in (("quiet", slowest["max_s_quiet"]),
+                                                             (f"beside {d['hogs']} CPU hogs", slowest["max_s_hogs"])) if v)
+    return [f"Zoo: {len(every)} of {len(bugs)} bugs caught in every run ({sum(r['runs'] for r in bugs)} runs); the "
+            f"expected component in {sum(r['component_right'] == r['runs'] for r in bugs)} of {len(bugs)}, the expected "
+            f"first differing step in {sum(r['step_right'] == r['runs'] for r in bugs)} of {len(bugs)}. Controls: "
+            f"{sum(r['false_alarms'] for r in controls)} false alarms in {sum(r['runs'] for r in controls)} runs. "
+            f"Slowest doctor run per script: {times} ({within(all(v is None or v <= 180 for v in slowest.values()))} "
+            "the 3-minute target)."]
+
+
 VERDICTS: dict[str, Callable[[dict], list[str]]] = {
     "overhead": overhead, "checkpoint_cost": checkpoint_cost, "amp_cpu": amp, "suite_time": suite_time,
     "grading": grading, "ddp": ddp, "peers": peers, "threads": threads, "rollback": rollback,
     "grading_class": grading_class, "accumulation": accumulation, "forkserver_choice": forkserver_choice,
+    "resume_doctor": resume_doctor,
 }
 
 

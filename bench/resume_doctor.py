@@ -11,6 +11,7 @@ and the doctor's kill plan (an epoch of 12 steps: kills after 7; 13; 5 and 12 mo
 
     python bench/resume_doctor.py                          # 5 quiet runs of each, 1 beside 4 hogs
     python bench/resume_doctor.py --repeats 1 --only no_ema correct
+    python bench/resume_doctor.py --repeats 0 --hog-repeats 1 --only correct --merge   # add runs beside hogs
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from course_utils.data import default_data_root  # noqa: E402
 ZOO = REPO / "bench" / "resume_zoo"
 HOMEWORK = REPO / "solutions" / "homework"
 RESUME = "[--resume]"
+RESULT = REPO / "bench" / "results" / "resume_doctor.json"
 
 # script: (upstream bug, expected component, expected first differing step)
 BUGS = {
@@ -42,7 +44,7 @@ BUGS = {
     "no_ema": ("missing EMA", "ema", 4),
     "no_optimizer": ("missing optimizer state", "optimizer", 4),
     "one_step_early": ("resuming one step early", "step_counter", 4),
-    "split_accumulation": ("split accumulation window", "accumulation", 2),
+    "split_accumulation": ("split accumulation window", "accumulation", 1),
     "lightning_21938": ("Lightning #21938: epoch 0 replayed, num_workers > 0", "data", 13),
     "accelerate_4195": ("Accelerate #4195: cursor restored, not the shuffle order", "data", 13),
     "accelerate_4233": ("Accelerate PR #4233: next epoch's generator saved mid-epoch", "data", 4),
@@ -128,6 +130,7 @@ def main() -> None:
     p.add_argument("--hog-repeats", type=int, default=1)
     p.add_argument("--hogs", type=int, default=4)
     p.add_argument("--only", nargs="*")
+    p.add_argument("--merge", action="store_true", help="add to the runs recorded in bench/results/resume_doctor.json")
     args = p.parse_args()
     info = machine_info()
     try:
@@ -141,11 +144,16 @@ def main() -> None:
     quiet = run_all(names, cmds, args.repeats, env)
     with cpu_hogs(args.hogs):
         hogs = run_all(names, cmds, args.hog_repeats, env)
+    if args.merge and RESULT.exists():  # add these runs to the recorded ones (a long bench done in parts)
+        before = json.loads(RESULT.read_text())["runs"]
+        quiet, hogs = ({n: before[kind].get(n, []) + new.get(n, []) for n in cmds if before[kind].get(n) or new.get(n)}
+                       for kind, new in (("quiet", quiet), ("hogs", hogs)))
+        names = [n for n in cmds if n in quiet or n in hogs]
     text, rows = table({n: cmds[n] for n in names}, quiet, hogs, args.hogs)
     print(header(info))
     print(text)
     write_json("resume_doctor", {"machine": info, "table": text, "rows": rows, "hogs": args.hogs, "torchdata": has_torchdata,
-                                 "repeats": args.repeats, "hog_repeats": args.hog_repeats,
+                                 "repeats": args.repeats, "hog_repeats": args.hog_repeats, "merged": args.merge,
                                  "runs": {"quiet": quiet, "hogs": hogs}})
 
 

@@ -4,7 +4,8 @@ Two mistakes a new learner made in an own homework, which the loss-based hints m
 fp16 (``check_resume`` said "权重对了" and blamed the optimizer or the RNG; ``check_ema`` blamed the EMA) and the
 resume one step early (the checkpoint's own step trained again: the hint pointed at data order and RNG). Each
 is the reference answer ``solutions/homework/train_cifar.py`` with one line changed, run as real training (forked
-from a server that imported torch: ``FORKED_TORCH``). The reference itself passes both checks, compared exactly.
+from a server that imported torch: ``FORKED_TORCH``). That the reference itself passes both checks, compared
+exactly, is ``solutions/10_homework.ipynb``'s run of every check (nbval).
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def _learner_copy(folder: Path, mistake: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("check", ["check_resume", "check_ema"])
-@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+@pytest.mark.parametrize("check, mistake", [("check_resume", "fp16 weights"), ("check_ema", "fp16 weights"),
+                                            ("check_resume", "one step early")])
 def test_the_check_names_the_doctors_cause(check, mistake, tmp_path):
     script = _learner_copy(tmp_path / "hw", mistake)
     with pytest.raises(CheckFailed) as failed:
@@ -54,9 +55,3 @@ def test_the_check_names_the_doctors_cause(check, mistake, tmp_path):
     hint = failed.value.hint
     assert "续训医生" in hint and all(f in hint for f in MISTAKES[mistake][2]), hint
     assert "EMA" not in hint and "优化器状态" not in hint, hint  # not the wrong suspects of the loss-based hints
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("check", ["check_resume", "check_ema"])
-def test_the_reference_answer_passes_compared_exactly(check):
-    assert getattr(homework, check)(REFERENCE, launcher=FORKED_TORCH).startswith("升级")

@@ -9,8 +9,7 @@ from common import Run  # noqa: E402
 
 
 class Bug(Run):
-    def state(self) -> dict:
-        return {k: v for k, v in super().state().items() if k != "rng"}
+    left_out = ("rng",)
 
 
 if __name__ == "__main__":

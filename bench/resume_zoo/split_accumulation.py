@@ -1,6 +1,7 @@
-"""A split accumulation window: 3 micro-batches per optimizer step, a checkpoint every 2 micro-batches (so some
-fall inside a window), holding the weights, the optimizer and the data position but not the gradients
-accumulated so far; the resumed window starts again at 0 from the saved micro-batch.
+"""A split accumulation window: 3 micro-batches per optimizer step, checkpoints after every micro-batch while the
+step count is a multiple of ``--every``, 0 included (so they fall inside windows: the count moves only when a
+window closes), holding the weights, the optimizer and the data position but not the gradients accumulated so
+far; the resumed process counts its window from 0 again.
 
 Expected: gradient accumulation (the window split), at the first resumed step."""
 import sys
@@ -14,29 +15,13 @@ WINDOW = 3
 
 
 class Bug(Run):
-    def micro_step(self, x, y, micro: int) -> None:
-        (nn.functional.cross_entropy(self.model(x), y) / WINDOW).backward()
-        if micro % WINDOW == 0:  # counted from the resume: the window restarts there
-            self.opt.step()
-            self.opt.zero_grad()
-            self.sched.step()
-            self.ema.update(self.model)
-            self.step += 1
+    micro = 0  # micro-batches of this process: the window restarts at a resume
 
-    def main(self) -> None:
-        if self.args.resume and self.path.exists():
-            self.restore(__import__("torch").load(self.path, weights_only=False))
-        micro = 0
-        while self.step < self.args.steps:
-            for x, y in self.batches():
-                micro += 1
-                self.micro_step(x, y, micro)
-                self.batch += 1
-                if self.batch % 2 == 0:
-                    self.save()
-                if self.step >= self.args.steps:
-                    return
-            self.end_epoch()
+    def train_step(self, x, y) -> None:
+        (nn.functional.cross_entropy(self.model(x), y) / WINDOW).backward()
+        self.micro += 1
+        if self.micro % WINDOW == 0:
+            self.update()
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run unless OMP_NUM_THREADS is set (default 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one process may run (default 600)")
     p.add_argument("--jobs", type=int, default=3, help="chains run side by side (default 3)")
+    p.add_argument("--chains", default="mid,epoch_end,twice",
+                   help="which kill-and-resume chains to run, comma-separated (default: mid,epoch_end,twice)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python SCRIPT ARG... (or python -m MODULE ARG...)")
     return p
 
@@ -103,8 +105,8 @@ def _reference_error(ref: Proc, n: int, lang: str) -> str | None:
 
 
 def examine(cmd: Command, n: int, workdir: Path, *, lang: str = "zh", threads: int = 1, timeout: float = 600.0,
-            jobs: int = 3) -> dict[str, Any]:
-    """Run the reference and the chains of ``cmd`` in ``workdir``; the report (``exit_code`` included)."""
+            jobs: int = 3, chains: tuple[str, ...] = tuple(_CHAIN_ORDER)) -> dict[str, Any]:
+    """Run the reference and the ``chains`` of ``cmd`` in ``workdir``; the report (``exit_code`` included)."""
     start, env = time.monotonic(), environ(threads)
     ref = run_process(cmd, workdir / "ref", 0, resumed=False, kill=None, timeout=timeout, env=env)
     error = _reference_error(ref, n, lang)
@@ -113,6 +115,7 @@ def examine(cmd: Command, n: int, workdir: Path, *, lang: str = "zh", threads: i
         report.update(verdict="error", error=error, chains={}, notes=[], exit_code=ERROR)
         return report
     plan, epoch, notes = kill_plan(ref, n)
+    plan = {name: kills for name, kills in plan.items() if name in chains}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {name: pool.submit(run_chain, cmd, workdir / name, kills, timeout, env) for name, kills in plan.items()}
         chains = {name: (plan[name], f.result()) for name, f in futures.items()}
@@ -131,9 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     cmd_args = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    chains = tuple(c for c in args.chains.split(",") if c)
     try:
         if args.steps < 2:
             raise UsageError("--steps must be at least 2")
+        if not chains or set(chains) - set(_CHAIN_ORDER):
+            raise UsageError(f"--chains takes some of {','.join(_CHAIN_ORDER)}: {args.chains}")
         cmd = parse_command(cmd_args)
     except UsageError as exc:
         parser.print_usage(sys.stderr)
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="resume_doctor_"))
     workdir.mkdir(parents=True, exist_ok=True)
     report = examine(cmd, args.steps, workdir, lang=args.lang, threads=args.threads, timeout=args.timeout,
-                     jobs=args.jobs)
+                     jobs=args.jobs, chains=chains)
     report["command"] = cmd_args
     path = args.report or workdir / "report.json"
     report["path"] = str(path)

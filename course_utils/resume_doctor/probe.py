@@ -114,7 +114,7 @@ def _optimizer_state(optimizer) -> dict[str, Any]:
 
     params = [p for g in optimizer.param_groups for p in g["params"]]
     moments, counts = [], []
-    for i, p in enumerate(params):
+    for p in params:
         for key, value in sorted(optimizer.state.get(p, {}).items()):
             if key == "step":
                 counts.append(float(value))
