@@ -37,13 +37,14 @@ Taught in ``06_monitoring`` §4 (JSONL and TensorBoard read back and compared, w
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from course_utils.durable import atomic_write_text
 from course_utils.runfolder import RunFiles
@@ -215,15 +216,27 @@ def wandb_mode() -> str:
     return "online" if os.environ.get("WANDB_API_KEY") or logged_in else "offline"
 
 
-def _start_wandb(files: RunFiles, project: str, config: dict) -> Any:
+def _import_or_skip(name: str, label: str) -> Any:
+    """The package ``name``, or None after one line saying that it is missing and how to install it."""
     try:
-        import wandb
+        return importlib.import_module(name)
     except ImportError:
-        print("wandb 未安装,跳过 wandb 记录(pip install wandb)")
+        print(f"{name} 未安装,跳过 {label} 记录(pip install {name})")
         return None
-    id_file = files.wandb_id
-    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]  # reused on --resume
+
+
+def _kept_run_id(id_file: Path, new: Callable[[], str]) -> str:
+    """The run id a ``--resume`` continues: the one in ``id_file``, else ``new()``, written there."""
+    run_id = id_file.read_text().strip() if id_file.exists() else new()
     atomic_write_text(id_file, run_id)
+    return run_id
+
+
+def _start_wandb(files: RunFiles, project: str, config: dict) -> Any:
+    wandb = _import_or_skip("wandb", "wandb")
+    if wandb is None:
+        return None
+    run_id = _kept_run_id(files.wandb_id, lambda: uuid.uuid4().hex[:8])
     mode = wandb_mode()
     # silent: wandb's own banner (a dozen "wandb: ..." lines on stderr, pink in Jupyter, like an error)
     # goes to the run's logs/debug.log; this one line says what a learner needs
@@ -292,14 +305,10 @@ def _swanlab_quiet() -> Iterator[None]:
 
 
 def _start_swanlab(files: RunFiles, project: str, config: dict) -> Any:
-    try:
-        import swanlab
-    except ImportError:
-        print("swanlab 未安装,跳过 SwanLab 记录(pip install swanlab)")
+    swanlab = _import_or_skip("swanlab", "SwanLab")
+    if swanlab is None:
         return None
-    id_file = files.swanlab_id
-    run_id = id_file.read_text().strip() if id_file.exists() else swanlab.utils.generate_id()  # kept on --resume
-    atomic_write_text(id_file, run_id)
+    run_id = _kept_run_id(files.swanlab_id, swanlab.utils.generate_id)
     mode = swanlab_mode()
     settings = swanlab.Settings(
         interactive=False,  # never a keyboard prompt: a wrong mode is an error, not a hang

@@ -16,6 +16,7 @@ from course_tools import release
 BANNERS = [
     r"\b[A-Z]\w*Warning\b:",                        # warnings.showwarning: ".../dataloader.py:627: UserWarning: ..."
     r"^wandb: ",                                    # wandb's banner: "wandb: Tracking run with wandb version ..."
+    r"^swanlab: ",                                  # swanlab's console: "swanlab: ⚡️ Run `swanlab sync ...` to sync"
     r"TensorFlow|tensorflow|oneDNN custom operations",  # "TensorFlow installation not found - running with ..."
     r"^\[?[WIEF]\d{4} \d\d:\d\d:\d\d",              # c10 / glog / torchrun logging: "[W1203 08:43:14.12 ...]"
     r"NCCL (INFO|WARN)|\[Gloo\]|ProcessGroupGloo",  # collective backends' log lines
@@ -27,6 +28,7 @@ BANNERS = [
 ALLOWED = [
     r"^sanity run: +\d+%\|",                        # 00's own tqdm.auto bar over the sanity run's batches
     r"^wandb: (offline|online) 模式,run 文件夹 ",     # WandbSink's one line (course_utils.sinks; wandb is silent)
+    r"^swanlab: (offline|local|online) 模式,run id ",  # SwanLabSink's one line (its console silenced meanwhile)
 ]
 _BANNER, _ALLOWED = re.compile("|".join(BANNERS)), re.compile("|".join(ALLOWED))
 
@@ -50,9 +52,11 @@ def test_the_patterns_catch_real_banners_and_spare_our_own_lines() -> None:
                "[W1203 08:43:14.123456 4711 ProcessGroupGloo.cpp:727] Warning: Unable to resolve hostname",
                "W1203 08:43:14.917000 4711 torch/distributed/run.py:793] Setting OMP_NUM_THREADS",
                "OMP: Info #276: omp_set_nested routine deprecated", "findfont: Font family 'SimHei' not found.",
-               "100%|██████████| 24/24 [00:01<00:00, 20.1it/s]"]
+               "100%|██████████| 24/24 [00:01<00:00, 20.1it/s]",
+               "swanlab: 💾 Run data saved at /tmp/x/swanlog/run-20261206_004811-445h1k3x"]
     ours = ["sanity run:   0%|          | 0/24 [00:00<?, ?it/s]",
             "wandb: offline 模式,run 文件夹 offline-run-20261203_084314-c6794d8d(wandb 自己的消息在它的 logs/debug.log)",
+            "swanlab: offline 模式,run id 445h1k3x,日志在 /tmp/x/swanlog/run-20261206_004811-445h1k3x(swanlab 自己的消息在它的 debug/)",
             "torch 2.14.1+cu130 · notebook 进程的 torch 线程数 1 · gloo 可用: True",
             "GradScaler(\"cuda\", enabled=False) 的警告: 无", "⚠️  [ALERT] rolled back: step 12"]
     assert [line for line in banners if not noise(line)] == []

@@ -7,36 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from course_utils import monitor, sinks
+from tests.support.no_network import attempts, refusing_env
 from tests.support.pro_runs import REFERENCE, finish, run, start, train_losses, train_records
-
-# Every connection except AF_UNIX, and every name lookup, is written to $NET_LOG and refused: a run that tried
-# anything leaves a line there (the positive control below shows the recorder works in a fresh interpreter).
-REFUSE_NETWORK = '''
-import os, socket
-def _record(what):
-    with open(os.environ["NET_LOG"], "a") as log:
-        log.write(f"{os.getpid()} {what}\\n")
-def _refused(orig):
-    def call(self, address, *args):
-        if self.family == socket.AF_UNIX:
-            return orig(self, address, *args)
-        _record(f"{orig.__name__} {address!r}")
-        raise OSError(101, "network refused by the test")
-    return call
-socket.socket.connect = _refused(socket.socket.connect)
-socket.socket.connect_ex = _refused(socket.socket.connect_ex)
-def _no_lookup(host, *args, **kwargs):
-    _record(f"getaddrinfo {host!r}")
-    raise socket.gaierror(socket.EAI_NONAME, "name lookup refused by the test")
-socket.getaddrinfo = _no_lookup
-'''
 
 
 @pytest.fixture
@@ -122,17 +100,7 @@ def test_missing_swanlab_is_one_chinese_line(tmp_path, monkeypatch, capsys):
 @pytest.mark.fresh_interpreter
 def test_pro_script_swanlab_kill_resume_offline_without_network(reference, tmp_path, own_swanlab_env):
     pytest.importorskip("swanlab")
-    hook = tmp_path / "refuse_network"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(REFUSE_NETWORK)
-    net_log = tmp_path / "network_attempts.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-           "NET_LOG": str(net_log)}
-    control = subprocess.run([sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9), 1)"],
-                             env=env, capture_output=True, text=True)
-    assert control.returncode != 0 and "127.0.0.1" in net_log.read_text(), "the recorder must see a connect"
-    net_log.unlink()
-
+    env, net_log = refusing_env(tmp_path)
     out, args = tmp_path / "run", [*REFERENCE, "--logger", "swanlab"]
     proc = start(out, *args, interpreter="fresh", env=env, kill_after=10)  # the newest checkpoint: step 8
     code, first = finish(proc)
@@ -140,7 +108,7 @@ def test_pro_script_swanlab_kill_resume_offline_without_network(reference, tmp_p
     code, second = run(out, *args, "--resume", interpreter="fresh", env=env)
     assert code == 0, second[-3000:]
 
-    assert not net_log.exists(), f"network attempts: {net_log.read_text()}"
+    assert attempts(net_log) == [], "no connection and no name lookup, in any process of either start"
     run_id = (out / "swanlab_run_id.txt").read_text()
     pieces = sinks.swanlab_pieces(out)
     assert len(pieces) == 2 and all(p.name.endswith(f"-{run_id}") for p in pieces), pieces  # one run, two pieces
