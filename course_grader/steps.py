@@ -8,6 +8,8 @@ preprocessors: adding a step is one module and one entry in a list below.
 
 A notebook (:func:`course_grader.notebook.grade_item`):
 
+- ``regrade``: stamp the row (each check's version, Python, torch, the submission's hash); with
+  ``--regrade OLD.csv`` a row whose stamp still matches is copied from OLD.csv and nothing runs;
 - ``plan``: read the submission, merge its exercises into the released reference (unreadable or
   missing: every check fails with the reason);
 - ``scan``: the exercises the tamper scan flagged run as their stubs (unless ``--run-flagged``);
@@ -17,6 +19,7 @@ A notebook (:func:`course_grader.notebook.grade_item`):
 The homework (:func:`course_grader.homework.grade_homework`):
 
 - ``hand_in``: open the history (clone, bundle) and copy the scripts handed in, safely;
+- ``regrade``: as above (the submission's hash: the head commit and the scripts);
 - ``upgrades``: each upgrade's check on the scripts handed in, every run in its own sandbox;
 - ``discipline``: the commit walk and its verdict (one upgrade per commit, in order).
 
@@ -38,15 +41,15 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from course_grader import answers, discipline, hand_in, kernel, plan, scan, upgrades
+from course_grader import answers, discipline, hand_in, kernel, plan, regrade, scan, upgrades
 from course_grader.submission import Submission
 
 __all__ = ["NOTEBOOK_STEPS", "HOMEWORK_STEPS", "run_steps", "run_steps_sync", "step_modules", "hooks"]
 
 Step = Callable[[Submission], Any]
 
-NOTEBOOK_STEPS: tuple[Step, ...] = (plan.step, scan.step, kernel.step, answers.step)
-HOMEWORK_STEPS: tuple[Step, ...] = (hand_in.step, upgrades.step, discipline.step)
+NOTEBOOK_STEPS: tuple[Step, ...] = (regrade.step, plan.step, scan.step, kernel.step, answers.step)
+HOMEWORK_STEPS: tuple[Step, ...] = (hand_in.step, regrade.step, upgrades.step, discipline.step)
 
 
 async def run_steps(steps: tuple[Step, ...], sub: Submission) -> Submission:

@@ -1,0 +1,218 @@
+"""Regrading with a diff: every row says what produced it, and ``--regrade OLD.csv`` re-runs only what changed.
+
+Part of :mod:`course_grader`, one step of both lists in :mod:`course_grader.steps` (a notebook's
+first; the homework's after the hand-in is read: a homework row settled before, nothing handed in or
+unreadable, has no stamp and is read again on a regrade). It stamps every row with what its verdicts
+depend on:
+
+- ``version`` (per check, in ``grades.checks.csv``): a content hash of the check and its reference. A
+  notebook check: its cell, the source of the ``check_*`` function the cell calls and the reference
+  solution of its exercise; a homework upgrade: its check function and the reference scripts it names;
+- ``python``, ``torch``: the versions installed; ``submission``: a hash of what was handed in (the
+  notebook file's bytes; the homework's head commit and scripts), in ``grades.csv``;
+- ``grader``: the grader's commit, recorded only: a new commit alone does not re-run a row.
+
+With ``--regrade OLD.csv`` (a report of an earlier run, its ``.checks.csv`` beside it) a row whose
+stamp equals OLD's (every check's version, Python, torch, the submission) is copied from OLD and
+nothing of the learner's runs; the other rows are graded again. After the run
+``<report stem>.diff.csv`` holds a header line and one row per learner x check whose verdict changed
+(:data:`DIFF_COLUMNS`: old and new verdict as ``1``/``0``, empty where the check did not exist, and
+what changed in the stamp), and ``grades.html`` lists the same rows.
+
+Why: when a check is fixed or torch is upgraded, the instructor sees whose verdict changed and why,
+and a regrade with nothing changed takes seconds. Pitfall: a check's version hashes its own
+function's source, not the helpers that function calls; after changing only a helper, grade without
+``--regrade``.
+
+Example::
+
+    python -m course_grader submissions/ --report new.csv --regrade grades.csv   # then new.diff.csv
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import platform
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from course_grader.hand_in import digest
+from course_grader.plan import cell_source, check_function, make_plan, read_notebook
+from course_grader.report import CheckOutcome, Grade, load_report, safe_field
+from course_grader.upgrades import upgrade_label
+from course_tools.checks.nb10_homework import UPGRADES
+
+if TYPE_CHECKING:
+    from course_grader.submission import Submission
+
+__all__ = ["ROW_COLUMNS", "CHECK_COLUMNS", "DIFF_COLUMNS", "add_arguments", "read_arguments", "read_old", "step",
+           "diff_rows", "finish"]
+
+ROW_COLUMNS = ("python", "torch", "submission", "grader")
+CHECK_COLUMNS = ("version",)
+DIFF_COLUMNS = ("learner", "notebook", "check", "old", "new", "changed")
+_COMPARED = ("python", "torch", "submission")   # the grader's commit is recorded, not compared
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--regrade OLD.csv``."""
+    parser.add_argument("--regrade", type=Path, default=None, metavar="OLD.csv",
+                        help="re-run only the rows whose stamp (check versions, Python, torch, submission) differs "
+                             "from OLD.csv's; writes <report>.diff.csv (needs --report)")
+
+
+def read_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[tuple[str, str], Grade] | None:
+    """OLD.csv's rows by key, read before the new report is opened (it may be the same file)."""
+    if args.regrade is None:
+        return None
+    if not args.report:
+        parser.error("--regrade 需要 --report")
+    if not args.regrade.is_file():
+        parser.error(f"--regrade: 找不到 {args.regrade}")
+    return read_old(args.regrade)
+
+
+def read_old(path: Path) -> dict[tuple[str, str], Grade]:
+    """The rows of an earlier report (with their check rows and stamps), by (learner, notebook)."""
+    return {g.key: g for g in load_report(path)}
+
+
+def _hash(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update((part.encode() if isinstance(part, str) else part) + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _source(module: str, name: str) -> str:
+    try:
+        return inspect.getsource(getattr(importlib.import_module(module), name))
+    except (ImportError, AttributeError, OSError, TypeError):
+        return ""
+
+
+@functools.lru_cache(maxsize=None)
+def _notebook_versions(reference: Path, mtime: float) -> dict[str, str]:
+    """Check label -> version for a reference notebook (``mtime``: a changed file is read again)."""
+    from course_tools.release import learner_notebook
+
+    solved = read_notebook(reference)
+    plan = make_plan(learner_notebook(solved, reference.name), solved)    # exercises: the reference solutions
+    versions = {}
+    for index in plan.checks:
+        source = cell_source(plan.notebook.cells[index])
+        if index in plan.outside:
+            function = _source(plan.outside[index].module, plan.outside[index].function)
+        else:
+            module, _, name = check_function(source).partition(".")
+            function = _source(f"course_tools.checks.{module}", name) if name else ""
+        owner = plan.owner[index]
+        solution = cell_source(plan.notebook.cells[owner]) if owner is not None else ""
+        versions[plan.label(index)] = _hash(source, function, solution)
+    return versions
+
+
+def _homework_versions(reference: Path) -> dict[str, str]:
+    """Upgrade label -> version: its check function and the reference scripts it names."""
+    return {upgrade_label(u): _hash(inspect.getsource(u.check), *((reference / name).read_bytes()
+                                    if (reference / name).is_file() else b"" for name in u.scripts))
+            for u in UPGRADES}
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> dict[str, str]:
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = ""
+    done = subprocess.run(["git", "-C", str(_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return {"python": platform.python_version(), "torch": torch,
+            "grader": done.stdout.strip() if done.returncode == 0 else ""}
+
+
+def _submission(sub: Submission) -> str:
+    if sub.setup is not None:     # the homework: its head commit and the scripts of its working tree
+        return _hash(sub.history.head.sha if sub.history else "", digest(sub.head) if sub.head else "")
+    path = sub.item.path
+    try:   # never through a symlink or from a fifo; streamed, whatever its size
+        if path is None or path.is_symlink() or not path.is_file():
+            return ""
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    except OSError:
+        return ""
+
+
+def step(sub: Submission) -> None:
+    """Stamp the row; with ``--regrade``, keep OLD's row when its stamp is the same (nothing runs)."""
+    if sub.setup is not None:
+        versions = _homework_versions(sub.setup.reference)
+    else:
+        reference = sub.item.reference
+        versions = _notebook_versions(reference, reference.stat().st_mtime)
+    sub.grade.extra.update(_environment(), submission=_submission(sub))
+    for label, version in versions.items():
+        sub.check_extra[label] = {"version": version}
+    old = (sub.settings.get("regrade") or {}).get(sub.grade.key)
+    if old is None or any(old.extra.get(k, "") != sub.grade.extra[k] for k in _COMPARED):
+        return
+    if {c.check: c.extra.get("version", "") for c in old.checks} != versions:
+        return
+    grade = sub.grade
+    grade.passed, grade.total, grade.notes, grade.review = old.passed, old.total, old.notes, old.review
+    grade.checks, grade.commits, grade.extra = old.checks, old.commits, old.extra
+    sub.done = sub.final = True
+
+
+def _verdict(check: CheckOutcome | None) -> str:
+    return "" if check is None else "1" if check.passed else "0"
+
+
+def _changed(old: Grade | None, new: Grade | None, label: str) -> str:
+    """What differs in the two rows' stamps for ``label``, e.g. ``torch 2.4.0 -> 2.5.1; version 1a2b -> 3c4d``."""
+    before, after = old.extra if old else {}, new.extra if new else {}
+    versions = [{c.check: c.extra.get("version", "") for c in g.checks} if g else {} for g in (old, new)]
+    pairs = [(k, before.get(k, ""), after.get(k, "")) for k in _COMPARED]
+    pairs.append(("version", versions[0].get(label, ""), versions[1].get(label, "")))
+    return "; ".join(f"{k} {a or '-'} -> {b or '-'}" for k, a, b in pairs if a != b) or "印记相同"
+
+
+def diff_rows(old: dict[tuple[str, str], Grade], grades: list[Grade]) -> list[dict[str, str]]:
+    """One row per learner x check whose verdict differs between ``old`` and ``grades`` (:data:`DIFF_COLUMNS`)."""
+    new = {g.key: g for g in grades}
+    rows = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        checks = [{c.check: c for c in g.checks} if g else {} for g in (before, after)]
+        for label in dict.fromkeys([*checks[0], *checks[1]]):
+            a, b = _verdict(checks[0].get(label)), _verdict(checks[1].get(label))
+            if a != b:
+                rows.append({"learner": key[0], "notebook": key[1], "check": safe_field(label, 200), "old": a,
+                             "new": b, "changed": _changed(before, after, label)})
+    return rows
+
+
+def finish(report: Path, grades: list[Grade], settings: dict) -> str:
+    """With ``--regrade``: write ``<report stem>.diff.csv`` and return the class page's section (else "")."""
+    old = settings.get("regrade")
+    if old is None:
+        return ""
+    rows = diff_rows(old, grades)
+    with open(report.with_name(report.stem + ".diff.csv"), "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=DIFF_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    from course_grader.html_report import html_table
+
+    shown = {"1": "✅", "0": "❌", "": "-"}
+    table = html_table(["学员", "notebook", "检查", "原来", "现在", "印记的变化"],
+                       [[r["learner"], r["notebook"], r["check"], shown[r["old"]], shown[r["new"]], r["changed"]]
+                        for r in rows])
+    return f"<h2 id=\"regrade\">重新批改: 结论改变的检查({len(rows)} 行)</h2>\n{table}"
