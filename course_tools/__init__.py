@@ -11,16 +11,9 @@
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed
 - ``lab``       the apparatus of the long experiments: ``checkpoint_resume`` (04: kill-and-resume) and
   ``multi_process`` (11: torchrun, ranks, kills)
-- ``grade``     grades a class, notebooks and homework (``python -m course_tools.grade``), one module per
-  step: ``collect`` (find every submission, account for every file), ``plan`` (read a submission, merge
-  its exercises into the released reference), ``scan`` (flag tampering), ``kernel`` (run cells, decide
-  outcomes from the kernel's replies), ``answers`` (self-test answers scored outside the kernel),
-  ``notebook`` (one learner x notebook), ``homework`` (the homework's checks per learner), ``commits`` and
-  ``discipline`` (the homework's commits and their verdict), ``similarity`` (near-copies between
-  learners), ``report`` (CSV, feedback, merging shards), ``pipeline`` (a class), ``cli``
-- ``sandbox``   bubblewrap sandboxes for learner code: ``mounts``, ``limits``, ``cgroup``, ``procs`` (the
-  processes of one sandbox: its CPU clock, ending all of them), ``notebook_box`` (a graded kernel),
-  ``script_box`` (each run of a homework script)
+- ``grade``     the old name of the instructor's grader: ``python -m course_tools.grade`` prints one line and
+  hands over to ``python -m course_grader``, the grader's own package (with its sandbox), which nothing in
+  ``course_tools`` imports
 - ``noninteractive``  the environment of every non-interactive run (tests, grading, homework checks)
 - ``probes``    the professional script's hidden flags (NaN steps, bad batches, the sample ledger) for tests and demos
 - ``cputime``   CPU seconds of a process tree: the time limits of the checks and the grader

@@ -10,7 +10,7 @@ that of the children they already reaped (``psutil``; a process in a bubblewrap 
 an ordinary descendant seen from outside). A child that exits between two readings moves its
 time to its parent's ``children_*`` once reaped; the clock never goes backwards (it keeps the
 largest sum seen). A cgroup's own counter, exact even for orphans, is preferred where the
-sandbox has one (``course_tools.sandbox``).
+sandbox has one (``course_grader.sandbox``).
 
 Pitfall: a reading costs a walk over ``/proc`` (about a millisecond for a few processes); read
 it at the polling interval, not in a tight loop.

@@ -7,7 +7,7 @@ none of the flags the upgrade adds (``UpgradeInfo.flags``), or the upgrade's scr
 yet, the check reports :class:`~course_tools.checks.NotStarted` ("升级 N 还没开始") without training.
 A ``--help`` that fails, hangs or prints no usage proves nothing: the check then runs as usual. Under
 ``COURSE_CHECKS=strict`` (the grader, the tests) :func:`started` does nothing, so no check's verdict
-changes; the grader's commit walk (:mod:`course_tools.grade.homework`) uses :func:`help_text` through
+changes; the grader's commit walk (:mod:`course_grader.upgrades`) uses :func:`help_text` through
 its sandbox only to skip older commits that have not started an upgrade.
 
 Example::

@@ -26,7 +26,7 @@ wrote. The contract, in the order the five upgrades introduce it:
    ``loss``, ``grad_norm``) and ``DIR/samples.png``, exit 0 when the batch was memorised,
    non-zero otherwise.
 
-``UPGRADES`` lists them in order for the grader (``course_tools.grade``); every check takes a ``launcher``
+``UPGRADES`` lists them in order for the grader (``course_grader``); every check takes a ``launcher``
 (``LOCAL``, or the grader's sandbox) and a ``workdir`` (where the run folders go), and prints the absolute
 path of the script it runs. Running and watching a script: :mod:`~course_tools.checks.homework_runs`;
 reading its untrusted files: :mod:`~course_tools.checks.homework_files`; the kill and resume of upgrades
