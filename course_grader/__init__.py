@@ -31,6 +31,7 @@ the runtime are flagged for manual review (:mod:`course_grader.scan`) and run as
     python -m course_grader submissions/ --report grades.csv --resume      # after an interruption
     python -m course_grader submissions/ --report grades.csv --require-commits  # discipline counts
     python -m course_grader submissions/ --report grades.csv --only alice,sec2/bob  # regrade, merge in
+    python -m course_grader submissions/ --report new.csv --regrade grades.csv   # re-run what changed: new.diff.csv
     python -m course_grader export grades.csv --format canvas --roster roster.csv  # or moodle, xlsx
 
 The homework (``10_homework``: the learner's training scripts, when ``solutions/homework/`` holds the
@@ -44,11 +45,12 @@ The steps are code, in one place (:mod:`course_grader.steps`, nbgrader's idea of
 preprocessors): each step is one module with one function ``step(sub)`` over one
 :class:`~course_grader.submission.Submission` record, and the row is built from the final record.
 
-- a notebook (:mod:`~course_grader.notebook`): ``plan`` (read the submission, merge its exercises into the
-  released reference), ``scan`` (flagged exercises run as stubs), ``kernel`` (the sandboxed run, with reruns),
+- a notebook (:mod:`~course_grader.notebook`): ``regrade`` (stamp the row: each check's version, Python,
+  torch, the submission's hash; ``--regrade OLD.csv`` keeps a row whose stamp still matches and runs
+  nothing), ``plan`` (read the submission, merge its exercises into the released reference), ``scan`` (flagged exercises run as stubs), ``kernel`` (the sandboxed run, with reruns),
   ``answers`` (each check's outcome, the self-test answers scored outside the kernel);
 - the homework (:mod:`~course_grader.homework`): ``hand_in`` (history and scripts, copied safely),
-  ``upgrades`` (each upgrade's check, every run sandboxed), ``discipline`` (the commit walk
+  ``regrade``, ``upgrades`` (each upgrade's check, every run sandboxed), ``discipline`` (the commit walk
   and its verdict: ``commits`` reads the history).
 
 Around them: ``collect`` (every learner and submitted file -> ``Item`` rows and ``Finding`` lines);
