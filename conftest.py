@@ -40,12 +40,13 @@ _share_the_cpu()
 
 # Notebooks that start processes (04's kill-and-resume runs, 05's and 06's DataLoader workers and 05's
 # fresh interpreters, 08b's fresh processes for peak memory, 10's homework scripts, 11's torchrun jobs,
-# 12's run of the professional script): like the tests marked slow, they stay out of the quick loop
-# `pytest -m "not slow"` (tests/test_layout.py holds every notebook that starts one to this list).
+# 12's run of the professional script, 13's resume doctor runs): like the tests marked slow, they stay out of the
+# quick loop `pytest -m "not slow"` (tests/test_layout.py holds every notebook that starts one to this list).
 ROOT = Path(__file__).resolve().parent
 
 SLOW_NOTEBOOKS = {"04_checkpoint_resume.ipynb", "05_reproducibility.ipynb", "06_monitoring.ipynb",
-                  "08b_flops_memory.ipynb", "10_homework.ipynb", "11_multi_process.ipynb", "12_loss_spikes.ipynb"}
+                  "08b_flops_memory.ipynb", "10_homework.ipynb", "11_multi_process.ipynb", "12_loss_spikes.ipynb",
+                  "13_resume_doctor.ipynb"}
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

@@ -18,7 +18,9 @@ from tests.support.sweep import failure_twice
 BY_ID = {e.id: e for e in EXERCISES}
 assert len(BY_ID) == len(EXERCISES), "two records with one id"
 
-WRONG_CASES = [pytest.param(e, name, id=f"{e.id}:{name}") for e in EXERCISES for name in e.wrong]
+WRONG_CASES = [pytest.param(e, name, id=f"{e.id}:{name}", marks=e.marks) for e in EXERCISES for name in e.wrong]
+# an exercise whose check starts training processes (13's resume doctor) is marked slow
+CASES = [pytest.param(e, id=e.id, marks=e.marks) for e in EXERCISES]
 
 
 def _fails(exercise: Exercise, name: str, ns: dict) -> str:
@@ -40,7 +42,7 @@ def test_each_exercise_cell_has_one_record(notebook):
     assert indices == list(range(len(exercise_pairs(notebook)))), (notebook, indices)
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+@pytest.mark.parametrize("exercise", CASES)
 def test_solution_passes(exercise, capsys):
     solution, _ = exercise.pair()
     exercise.run(run_source(solution))
