@@ -2,9 +2,9 @@
 
 ``solutions/homework/train_cifar_pro.py`` takes ``--inject-nan-at-step``, ``--inject-bad-batch``,
 ``--sample-ledger`` and the hang probes ``--inject-stall``, ``--inject-stuck-worker``, ``--inject-straggler``
-(not in ``--help``) and hands them to ``Probes``; its loop only calls a
-``Hooks`` object (this no-op one when no hidden flag is given), so neither the loop nor
-``train_step`` knows what a test does (CONTRIBUTING "One fact, one place").
+(not in ``--help``) and hands them to ``Probes``, imported only when one of them is given; its loop only
+calls a ``Hooks`` object (the script's own no-op one otherwise: a copy of the script needs no course
+machinery), so neither the loop nor ``train_step`` knows what a test does (CONTRIBUTING "One fact, one place").
 
 Reference machinery of the tests (``tests/test_train_pro*.py``, ``tests/test_ddp_script.py``)
 and of the spike demos of ``solutions/12_loss_spikes.ipynb``.
@@ -23,36 +23,16 @@ from course_utils.distributed import World, gather
 from course_utils.heartbeat import PHASES, Heartbeat
 from course_utils.runfolder import RunFiles
 
-__all__ = ["Hooks", "Probes"]
+__all__ = ["Probes"]
 
 
-class Hooks:
-    """What a test or a demo attaches to a run; training runs with this one, which does nothing.
-
-    ``data(dataset)``: the training set (returns it, or what to load instead);
-    ``attach(model, step, beat)``: once, before the first step (``step``: where the run starts; ``beat``: the
-    rank's ``Heartbeat``);
-    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
-    about to train on (returns it, or what to train on instead);
-    ``after_step(step, loader, y)``: after every optimizer step, with the loader and the labels it trained on.
-    """
-
-    def data(self, dataset: torch.utils.data.Dataset) -> torch.utils.data.Dataset:
-        return dataset
-
-    def attach(self, model: torch.nn.Module, step: int, beat: Heartbeat) -> None:
-        pass
-
-    def before_step(self, step: int, position: int, x: torch.Tensor,
-                    y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x, y
-
-    def after_step(self, step: int, loader: torch.utils.data.DataLoader, y: torch.Tensor) -> None:
-        pass
-
-
-class Probes(Hooks):
+class Probes:
     """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
+
+    The script's ``Hooks``, doing something: ``data(dataset)``: the training set (or what to load instead);
+    ``attach(model, step, beat)``: once, before the first step (``beat``: the rank's ``Heartbeat``);
+    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
+    about to train on (or what to train on instead); ``after_step(step, loader, y)``: after every optimizer step.
 
     ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
     NaN on every rank: the skip, the alert and the bad-step stop; a step trained again after a rollback
@@ -81,12 +61,6 @@ class Probes(Hooks):
         self.stall_countdown = stalls[attempt][3] if self.stall else 0
         self.stuck_worker = args.inject_stuck_worker
         self.straggle = dict(args.inject_straggler).get(world.rank, 0.0)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, world: World, files: RunFiles) -> Hooks:
-        wanted = (args.inject_nan_at_step or args.inject_bad_batch or args.sample_ledger or args.inject_stall
-                  or args.inject_stuck_worker or args.inject_straggler)
-        return cls(args, world, files) if wanted else Hooks()
 
     def data(self, dataset: torch.utils.data.Dataset) -> torch.utils.data.Dataset:
         return _StuckWorker(dataset, self.stuck_worker) if self.stuck_worker else dataset

@@ -26,7 +26,12 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``signals``     SIGTERM / Ctrl-C as a flag the loop checks; DataLoader worker masks
 - ``cli``         command-line validators that run before torch is imported
 - ``distributed`` what the ranks of a torchrun job must agree on
-- ``heartbeat``   each rank's step and phase, a watchdog that names a hang and ends it, stragglers
+- ``heartbeat``   each rank's step and phase, published as it changes
+- ``watchdog``    no rank made progress for so long: the hang named, stacks dumped, the job ended
+- ``stragglers``  one rank persistently slower than the others
+- ``hang_guard``  heartbeat, watchdog and stragglers as one part of a training script
+- ``run_batches`` a run's data position: which global batch each step trains
+- ``evaluation``  accuracy and mean loss of a classifier over batches
 - ``interrupt``   run a script and SIGKILL it right after its k-th optimizer step: an exact ``kill -9``
 - ``resume_doctor`` kill any training command at exact steps, resume it, name the first state that differs
 """

@@ -64,7 +64,7 @@ from course_utils.repro import rng_state, set_rng_state
 from course_utils.runfolder import Refused
 
 __all__ = ["LoadedCheckpoint", "CorruptCheckpointError", "save_verified", "load_verified", "CheckpointManager",
-           "share_checkpoint", "Stateful", "training_state", "saved_parts", "check_model_compatible", "restore_training_state"]
+           "share_checkpoint", "newest_step", "Stateful", "training_state", "saved_parts", "check_model_compatible", "restore_training_state"]
 
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
@@ -245,6 +245,12 @@ class CheckpointManager:
                 path.unlink(missing_ok=True)
                 removed.append(path)
         return removed
+
+
+def newest_step(directory: str | os.PathLike) -> int | None:
+    """The step of the newest complete ``step_<N>.pt`` in ``directory`` (its checksum written last), None if none."""
+    steps = [int(m.group(1)) for p in Path(directory).glob("step_*.pt.sha256") if (m := STEP_FILE.match(p.name[:-7]))]
+    return max(steps, default=None)
 
 
 def share_checkpoint(found: LoadedCheckpoint | None, directory: str | os.PathLike, world: World,

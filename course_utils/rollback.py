@@ -21,11 +21,11 @@ skip set from the same inputs (nothing here depends on the rank or on an RNG).
 
 The move itself: ``Rollback`` is ``--on-spike rollback`` as one part of a run. It holds the
 policy (``--skip-batches``, ``--rollback-lr-factor``, ``--max-rollbacks``) and the ``SkipSet``, is a
-checkpoint part (``state_dict`` / ``load_state_dict``), and a training loop meets it twice: it asks
-``position(step)`` for the global batch the next step trains (the ``step``-th position no rollback
-skipped: a run goes back only to a checkpoint saved after every earlier rollback, so that is the
-batch order of every trajectory), and on the bad-step alarm calls ``recover``, which reloads the
-healthy checkpoint through the run's own ``load``/``go_back``/``save`` and writes the records.
+checkpoint part (``state_dict`` / ``load_state_dict``), and a training loop meets it once: on the
+bad-step alarm it calls ``recover``, which reloads the healthy checkpoint through the run's own
+``load``/``go_back``/``save`` and writes the records. The global batch each step trains is the data side's
+(``course_utils.run_batches.RunBatches``), which asks the ``SkipSet`` (``trained_position(step)``: the
+``step``-th position no rollback skipped) only when rollbacks are on.
 
 Example::
 
@@ -40,7 +40,7 @@ Example::
 Taught in ``12_loss_spikes`` §5 (the skip set of a rollback). ``Rollback`` is reference machinery of
 the professional script's ``--on-spike rollback`` (``solutions/homework/train_cifar_pro.py``): its
 ``roll_back`` calls ``Rollback.recover`` (plan the record, reload ``last_good.pt``, write the records),
-``next_batch`` asks ``Rollback.position``, every checkpoint's ``parts["rollback"]`` holds its
+its ``RunBatches`` asks ``SkipSet.trained_position``, every checkpoint's ``parts["rollback"]`` holds its
 ``state_dict()``, ``attach`` writes the events and ``SKIPPED_FILE``, and ``status.json``'s history comes
 through ``RunFolder.history``.
 """
@@ -144,6 +144,19 @@ class SkipSet:
                     position, moved = r.last_position + 1, True
         return position
 
+    def trained_position(self, step: int) -> int:
+        """The global batch position that the step after ``step`` trains: the ``step``-th (from 0) not skipped.
+
+        A run goes back only to a checkpoint saved after every earlier rollback, so that is the batch order of
+        every trajectory. (``position(epoch, batch_in_epoch)`` is another thing: a position's coordinates.)
+        """
+        position = step
+        for first, last in _merged((r.first_position, r.last_position) for r in self.records):
+            if first > position:
+                break
+            position += last - first + 1
+        return position
+
     def lr_scale(self) -> float:
         """What the run's lr is multiplied by after its rollbacks: the product of their ``lr_factor``."""
         return math.prod(r.lr_factor for r in self.records)
@@ -224,13 +237,8 @@ class Rollback:
         self._pending: RollbackRecord | None = None  # the rollback under way: its records wait for its checkpoint
 
     def position(self, step: int) -> int:
-        """The global batch position that the step after ``step`` trains: the ``step``-th (from 0) not skipped."""
-        position = step
-        for first, last in _merged((r.first_position, r.last_position) for r in self.skips.records):
-            if first > position:
-                break
-            position += last - first + 1
-        return position
+        """The global batch position that the step after ``step`` trains (``SkipSet.trained_position``)."""
+        return self.skips.trained_position(step)
 
     def lr_scale(self) -> float:
         """What the run's lr is multiplied by after its rollbacks."""
@@ -267,6 +275,17 @@ class Rollback:
                                f"{record.first_position}–{record.last_position}(共 {len(record.positions())} 个,"
                                f"见 {SKIPPED_FILE}),lr ×{self.lr_scale():g}", record.bad_step)
         return True
+
+    def stop_message(self, step: int, bad: int, window: int, last_good: int | None) -> str:
+        """What the run says when the alarm stops it (``recover`` declined): ``bad`` bad steps in the last ``window``
+        at ``step``; ``last_good``: the step ``last_good.pt`` holds (None: none yet), where --resume continues."""
+        where = (f"最后一个健康的检查点是 last_good.pt(step {last_good}),之后的检查点可能已含发散的权重,"
+                 "--resume 会从 last_good.pt 继续" if last_good is not None else
+                 "还没有健康的检查点,--resume 会从 step 0 重新开始")
+        rolled = (f"已回滚 {len(self.skips.records)} 次(--max-rollbacks {self.max_rollbacks})仍然出现,"
+                  if self.skips.records else "")
+        return (f"最近 {window} 步里有 {bad} 个坏步(inf/NaN 或 loss 尖峰),{rolled}在 step {step} 停止训练。{where};"
+                "先降低学习率(--resume --lr 更小的值 --allow-change lr)或检查数据")
 
     def attach(self, monitor: Any) -> None:
         """Rank 0: the records go to this monitor from now on; a resume writes what a kill left unwritten."""

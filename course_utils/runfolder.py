@@ -59,11 +59,12 @@ import datetime as _dt
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from course_utils.durable import TEMP_FILE, atomic_write_json
 
@@ -180,6 +181,7 @@ class RunFolder:
         self.path, self._fd, self.moved_aside = path, fd, moved_aside
         self.files = RunFiles(path)  # the file map: every path of the run comes from here
         self.history: list[dict[str, Any]] = []  # status.json's "history" (a rollback's entries), in every write
+        self.config: dict[str, Any] | None = None  # the run's identity as config.json holds it (set by its writer)
 
     @classmethod
     def claim(cls, path: str | os.PathLike, *, resume: bool, overwrite: bool = False) -> "RunFolder":
@@ -259,6 +261,47 @@ class RunFolder:
         atomic_write_json(self.files.status, {"state": state, "step": step, "exit_code": exit_code, "message": message,
                                          "pid": os.getpid(), "host": socket.gethostname(), "updated_at": _now(),
                                          **extra, **({"history": self.history} if self.history else {})})
+
+    def running(self, step: int, **extra: Any) -> None:
+        """``status.json`` says "running" at ``step`` (a run that starts, or goes on after a rollback)."""
+        self.write_status("running", step, **extra)
+
+    def ended(self, exit_code: ExitCode, step: int, message: str, **extra: Any) -> None:
+        """``status.json`` for a run that ended with ``exit_code``: its state in words (``STATES``), the code and
+        a one-line ``message``; a hang's watchdog, a failure and every other way out write it through here."""
+        self.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message, **extra)
+
+    def failed(self, message: str, newest_step: int | None) -> None:
+        """What went wrong and what is still safe (``newest_step``: the newest checkpoint's, None: none), in one line
+        on stderr, and status.json "failed" (unless the disk refuses even that small file)."""
+        safe = ("还没有检查点" if newest_step is None else
+                f"磁盘上已有的检查点不受影响(最新: step {newest_step}),排除问题后用 --resume 继续")
+        print(f"失败: {message}。{safe}", file=sys.stderr)
+        try:
+            self.ended(ExitCode.FAILED, newest_step or 0, f"{message}。{safe}")
+        except OSError as exc:
+            print(f"(status.json 也无法写入: {exc.strerror})", file=sys.stderr)
+
+    def choose_checkpoint(self, manager: Any, map_location: Any, check: Callable[[dict, str], None]) -> Any:
+        """A --resume's start (rank 0): ``manager``'s newest valid checkpoint, or after a stop on bad steps its
+        ``last_good.pt``; ``check(hparams, file name)`` raises ``Refused`` for another run's; newer files are set
+        aside (corrupt, or an abandoned trajectory), with a copy of the metrics. None: start from step 0."""
+        if (read_status(self.files, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
+            found = manager.load_last_good(map_location=map_location)
+            print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
+                  "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
+        else:
+            found = manager.load_latest(map_location=map_location)
+        if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
+            check(found.state["config"]["hparams"], found.path.name)
+        resume_from = found.state["step"] if found else 0
+        aside = manager.set_aside(resume_from, also_copy=(self.files.metrics,))
+        if aside:
+            print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
+                  + ", ".join(str(p.relative_to(self.files.root)) for p in aside))
+        if found is None:
+            print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
+        return found
 
     # ---------------------------------------------------------------- identity
     def saved_config(self) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from course_utils import heartbeat
-from course_utils.heartbeat import FIRST_STEP_GRACE_S, Heartbeat, Stragglers, Watchdog, read_heartbeats
+from course_utils.heartbeat import Heartbeat, read_heartbeats
+from course_utils.stragglers import Stragglers
+from course_utils.watchdog import FIRST_STEP_GRACE_S, Watchdog
 from tests.support.pro_runs import load_script
 
 

@@ -1,12 +1,11 @@
 """Professional CIFAR-10 training: the chapter 0.2 script with the chapter 0.4 upgrades.
 
-What it adds to a plain loop, each visible below:
-  seeding + config/git dump · AMP (bf16/fp16, GradScaler only for fp16) · global-norm
-  clipping with the pre-clip norm logged · EMA weights evaluated next to the raw ones ·
-  full checkpoints (atomic, checksummed) every N steps and every T seconds · exact resume
-  after a kill, mid-epoch included · SIGTERM/Ctrl-C saves and exits · NaN steps skipped ·
-  JSONL/TensorBoard/wandb metrics with spike alerts · on too many bad steps, stop or (--on-spike
-  rollback) reload last_good.pt, skip the batches that caused it and go on, on the record.
+What it adds to a plain loop, each visible below: seeding + config/git dump · AMP (bf16/fp16, GradScaler
+only for fp16) · global-norm clipping with the pre-clip norm logged · EMA weights evaluated next to the raw
+ones · full checkpoints (atomic, checksummed) every N steps and every T seconds · exact resume after a kill,
+mid-epoch included · SIGTERM/Ctrl-C saves and exits · NaN steps skipped · JSONL/TensorBoard/wandb metrics
+with spike alerts · on too many bad steps, stop or (--on-spike rollback) reload last_good.pt, skip the
+batches that caused it and go on, on the record · a hang (no rank makes progress) ended and named.
 
   python solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2
   # kill it any time (even kill -9), then continue exactly where it was:
@@ -14,10 +13,10 @@ What it adds to a plain loop, each visible below:
   # several processes (DDP: one per GPU, or 2 on a CPU); --batch-size stays the global batch:
   torchrun --standalone --nproc-per-node 2 solutions/homework/train_cifar_pro.py --out runs/pro --epochs 2 --resume
 
-Under torchrun every rank trains its share of each global batch; only rank 0 logs, evaluates
-and writes files (every rank writes its own heartbeat). A stop (SIGTERM, Ctrl-C) on any rank
-stops all of them at the same step, saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the
-same number of processes, and with another number keeps the global batch and the sample order.
+Under torchrun every rank trains its share of each global batch; only rank 0 logs, evaluates and writes
+files (every rank writes its own heartbeat). A stop (SIGTERM, Ctrl-C) on any rank stops all of them at the
+same step, saved once. A checkpoint holds every rank's RNG state; --resume continues exactly with the same
+number of processes, and with another number keeps the global batch and the sample order.
 The run folder (--out) holds one run:
   config.json    the run's identity. --resume refuses a command line that would change the
                  trajectory (batch size, seed, data, model...); --lr, --epochs and --max-steps
@@ -38,9 +37,10 @@ The run folder (--out) holds one run:
 (course_utils.runfolder.RunFiles names every file.) Starting without --resume in a folder that holds a
 run is refused; --overwrite starts over and renames the old run to <out>.replaced-<time>.
 
-Reading order: the flags and ``start`` come first: they run before torch is imported, so a typo, a busy
-folder or a refused --resume costs milliseconds. The training: ``main`` → ``train`` → ``prepare`` /
-``resume`` → ``loop`` → ``train_step`` → ``save`` / ``finish``.
+Reading order: the flags and ``start`` run before torch is imported (a typo, a busy folder or a refused
+--resume costs milliseconds); then ``main`` → ``train`` → ``prepare`` / ``resume`` → ``loop`` → ``train_step``
+→ ``save`` / ``finish``. Three parts are objects from course_utils that the loop calls: the data position
+(``RunBatches``), the rollback (``Rollback``) and the hang watch (``HangGuard``).
 """
 from __future__ import annotations
 
@@ -52,22 +52,24 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from types import SimpleNamespace
 
 from course_utils.cli import (Parser, Started, device_spec, entries, float_in, int_at_least, int_in, int_list,
                               refuse, run_folder, start_run)
 from course_utils.distributed import World, leave
 from course_utils.heartbeat import PHASES
-from course_utils.runfolder import STATES, ExitCode, Refused, RunFiles, RunFolder, config_changes, read_status
+from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
 from course_utils.signals import StopSignal
 
+# The hidden flags of tests and demos (course_tools.probes, imported only when one is given)
+PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "inject_stall", "inject_stuck_worker",
+               "inject_straggler")
 # On --resume, these fields may differ from the saved config: they do not change what the run computes
 # (device and --deterministic change only the last bits). CHANGEABLE ones re-time the lr schedule or rescale
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "inject_nan_at_step", "inject_bad_batch", "async_ckpt", "sample_ledger", "peak_flops",
-        "hang_timeout", "inject_stall", "inject_stuck_worker", "inject_straggler", "accum_steps"}
+        "deterministic", "async_ckpt", "peak_flops", "hang_timeout", "accum_steps", *PROBE_FLAGS}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 ROLLBACK_FLAGS = ("skip_batches", "rollback_lr_factor", "max_rollbacks")  # only with --on-spike rollback
 
@@ -89,58 +91,54 @@ def build_parser() -> Parser:
     p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0)
     p.add_argument("--model", choices=["small", "tiny"], default="small")
     p.add_argument("--width", type=int_at_least(1), default=32, help="channel width of the model")
-    p.add_argument("--dropout", type=float_in(0, 1, high_open=True), default=0.0,
-                   help="dropout before the head; 0: no layer")
-    p.add_argument("--amp", choices=["auto", "off", "bf16", "fp16"], default="auto",
-                   help="auto: bf16 (or fp16) on a CUDA GPU, off on CPU")
+    p.add_argument("--dropout", type=float_in(0, 1, high_open=True), default=0.0, help="dropout before the head; 0: no layer")
+    p.add_argument("--amp", choices=["auto", "off", "bf16", "fp16"], default="auto", help="auto: bf16 (or fp16) on a CUDA GPU, off on CPU")
     p.add_argument("--clip", type=float_in(0), default=1.0, help="max global grad norm (0: measure only)")
     p.add_argument("--ema-decay", type=float_in(0, 1, high_open=True), default=0.999, help="0 disables EMA")
     p.add_argument("--ckpt-every-steps", type=int_at_least(0), default=200, help="0: not by steps")
     p.add_argument("--ckpt-every-seconds", type=float_in(0), default=3600.0, help="0: not by time")
     p.add_argument("--keep-last", type=int_at_least(1), default=2, help="step_*.pt files kept besides best/last_good")
-    p.add_argument("--async-ckpt", action="store_true",
-                   help="write checkpoints in a background thread: training waits only for a copy of the state "
-                        "in host memory (costs one state's size of host memory)")
+    p.add_argument("--async-ckpt", action="store_true", help="write checkpoints in a background thread: training waits "
+                   "only for a copy of the state in host memory (costs one state's size of host memory)")
     p.add_argument("--data-fraction", type=float_in(0, 1, low_open=True), default=1.0)
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--workers", type=int_at_least(0), default=0, help="DataLoader worker processes")
     p.add_argument("--device", type=device_spec, default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    p.add_argument("--logger", action="append", choices=["jsonl", "tensorboard", "wandb", "swanlab"],
-                   help="repeatable; jsonl is always on")
+    p.add_argument("--logger", action="append", choices=["jsonl", "tensorboard", "wandb", "swanlab"], help="repeatable; jsonl is always on")
     p.add_argument("--log-every", type=int_at_least(1), default=20, help="steps between metric flushes (one host sync each)")
     p.add_argument("--peak-flops", type=float_in(0), default=0.0,
                    help="peak FLOP/s per process for the logged mfu (0: measured once at start-up on a CPU; "
                         "on a GPU give the datasheet's dense number, see 08b §4, or no mfu is logged)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue the run in --out (from scratch if it has none)")
-    start.add_argument("--overwrite", action="store_true",
-                       help="start over: the old run in --out is renamed, not deleted")
+    start.add_argument("--overwrite", action="store_true", help="start over: the old run in --out is renamed, not deleted")
     p.add_argument("--allow-change", action="append", choices=CHANGEABLE,
                    help="with --resume: let this field differ from the saved config (repeatable; recorded)")
     p.add_argument("--deterministic", action="store_true", help="deterministic kernels (slower on GPU)")
-    p.add_argument("--max-bad-steps", type=int_at_least(1), default=5,
-                   help="stop when this many of the last --bad-step-window steps were bad (inf/NaN or a loss spike)")
-    p.add_argument("--bad-step-window", type=int_at_least(1), default=50,
-                   help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
     add_spike_flags(p)
     p.add_argument("--hang-timeout", type=float_in(0), default=None,
                    help="seconds without progress on any rank that end the run as hung (exit code 124; default: "
                         "20x the median step within [60 s, 25 min]; at least 120 s before a process's first step; "
                         "0: off; under 5: refused)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=argparse.SUPPRESS)  # tests, demos
-    p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=argparse.SUPPRESS)  # a corrupted batch
-    p.add_argument("--sample-ledger", action="store_true", help=argparse.SUPPRESS)  # tests: samples of each step
-    p.add_argument("--inject-stall", default=(), help=argparse.SUPPRESS,  # hangs: course_tools.probes
+    hidden = argparse.SUPPRESS  # PROBE_FLAGS: faults that tests and demos inject (course_tools.probes.Probes)
+    p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=hidden)  # NaN outputs at these steps
+    p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=hidden)  # corrupted global batches
+    p.add_argument("--sample-ledger", action="store_true", help=hidden)  # the samples of each step
+    p.add_argument("--inject-stall", default=(), help=hidden,  # a rank freezes in a phase of a step
                    type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."))
-    p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=argparse.SUPPRESS)
-    p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(),
-                   help=argparse.SUPPRESS)
+    p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=hidden)
+    p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(), help=hidden)
     return p
 
 
 def add_spike_flags(p: Parser) -> None:
-    """What the bad-step alarm does: --on-spike, and the rollback's skip, lr factor and limit."""
+    """The bad-step alarm (--max-bad-steps of --bad-step-window) and what it does: --on-spike, and the rollback's
+    skip, lr factor and limit."""
+    p.add_argument("--max-bad-steps", type=int_at_least(1), default=5,
+                   help="stop when this many of the last --bad-step-window steps were bad (inf/NaN or a loss spike)")
+    p.add_argument("--bad-step-window", type=int_at_least(1), default=50,
+                   help="window (steps) for --max-bad-steps and for judging a checkpoint healthy")
     p.add_argument("--on-spike", choices=["stop", "rollback"], default="stop",
                    help="when --max-bad-steps fires: stop (exit code 3), or reload last_good.pt in the same process, "
                         "skip the global batches from there to the bad one + --skip-batches and go on")
@@ -180,25 +178,34 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from course_tools.probes import Hooks, Probes  # noqa: E402  (the hidden flags of tests and demos)
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
-from course_utils.checkpoint import (CheckpointManager, LoadedCheckpoint, restore_training_state,  # noqa: E402
-                                     share_checkpoint, training_state)
+from course_utils.checkpoint import (CheckpointManager, LoadedCheckpoint, newest_step,  # noqa: E402
+                                     restore_training_state, share_checkpoint, training_state)
 from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
-from course_utils.data import (UnreadableDataError, batches_per_epoch, load_cifar10, make_loader,  # noqa: E402
-                               take_fraction)
+from course_utils.data import UnreadableDataError, load_cifar10, make_loader, take_fraction  # noqa: E402
 from course_utils.distributed import (RanksDisagree, any_rank, average, backend_for, from_main,  # noqa: E402
                                       gather, gather_rng_states, rank_device, same_on_all_ranks, seed_rank, setup,
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
 from course_utils.estimate import matmul_peak_flops, training_flops  # noqa: E402
-from course_utils.heartbeat import AUTO_MAX_S, HangReport, Heartbeat, Stragglers, Watchdog  # noqa: E402
+from course_utils.evaluation import evaluate  # noqa: E402
+from course_utils.hang_guard import HangGuard, collective_timeout_s  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
 from course_utils.monitor import Monitor  # noqa: E402
 from course_utils.repro import dump_run_config, set_deterministic, set_seed  # noqa: E402
 from course_utils.rollback import Rollback, SkipSet  # noqa: E402
+from course_utils.run_batches import RunBatches  # noqa: E402
 from course_utils.schedule import make_scheduler, set_base_lr  # noqa: E402
+
+
+def hooks_for(args: argparse.Namespace, world: World, files: RunFiles) -> SimpleNamespace:
+    """What tests and demos attach: the probes (``course_tools.probes``) if a hidden flag asks; else hooks doing nothing."""
+    if any(getattr(args, name) for name in PROBE_FLAGS):
+        from course_tools.probes import Probes
+        return Probes(args, world, files)
+    return SimpleNamespace(data=lambda dataset: dataset, attach=lambda model, step, beat: None,
+                           before_step=lambda step, position, x, y: (x, y), after_step=lambda step, loader, y: None)
 
 
 def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
@@ -209,7 +216,7 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, save
             print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         files = run.files if run is not None else RunFiles.read_only(args.out)  # ranks > 0 only read checkpoints
         try:
-            return train(args, stop, run, files, saved, changes, world, Probes.from_args(args, world, files))
+            return train(args, stop, run, saved, changes, world, hooks_for(args, world, files))
         except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
             return refuse(exc) if world.is_main else ExitCode.REFUSED
         except (UnreadableDataError, RanksDisagree) as exc:
@@ -224,18 +231,11 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, save
 
 
 def failed(run: RunFolder | None, message: str, world: World) -> int:
-    """Say what went wrong and what is still safe on one line; leave status.json saying "failed" (rank 0)."""
+    """Say what went wrong and what is still safe on one line; status.json says "failed" (``RunFolder.failed``)."""
     if run is None:  # a rank other than 0: it owns no file; torchrun stops the job, rank 0 records it
         print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
-        return ExitCode.FAILED
-    steps = sorted(int(p.name.split("_")[1].split(".")[0]) for p in run.files.checkpoints.glob("step_*.pt.sha256"))
-    safe = f"磁盘上已有的检查点不受影响(最新: step {steps[-1]}),排除问题后用 --resume 继续" if steps else "还没有检查点"
-    print(f"失败: {message}。{safe}", file=sys.stderr)
-    try:
-        run.write_status(STATES[ExitCode.FAILED], steps[-1] if steps else 0, exit_code=int(ExitCode.FAILED),
-                         message=f"{message}。{safe}")
-    except OSError as exc:  # a full disk may refuse even this small file
-        print(f"(status.json 也无法写入: {exc.strerror})", file=sys.stderr)
+    else:
+        run.failed(message, newest_step(run.files.checkpoints))
     return ExitCode.FAILED
 
 
@@ -246,63 +246,71 @@ class Training:
     args: argparse.Namespace
     world: World
     stop: StopSignal
-    run: RunFolder | None  # the claimed folder on rank 0; None on the other ranks
-    files: RunFiles  # the run folder's file map (a read-only view on ranks > 0)
+    run: RunFolder | None  # the claimed folder on rank 0 (status.json, config.json); None on the other ranks
     device: torch.device
-    train_ds: torch.utils.data.Dataset
+    data: RunBatches  # this rank's share of every global batch, and the data position
     test_loader: torch.utils.data.DataLoader | None  # rank 0 evaluates on the whole test set
-    steps_per_epoch: int
-    total_steps: int
     model: torch.nn.Module  # the unwrapped module: what rank 0 evaluates and saves (no "module." prefixes)
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
     amp_dtype: torch.dtype | None
     scaler: torch.amp.GradScaler
     ema: EMA | None
     manager: CheckpointManager | None  # ranks other than 0 write nothing: no manager, no monitor, no config
-    rollback: Rollback  # --on-spike rollback: the skipped batches and the position of every step's batch
-    parts: dict  # what every checkpoint carries besides the five elements: name -> object with a state_dict
+    rollback: Rollback  # --on-spike rollback: the skipped batches, on the record
+    scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
     ddp_model: torch.nn.Module | None = None  # what trains: the model, wrapped by DDP under torchrun
     monitor: Monitor | None = None
-    config: dict | None = None
-    flops: tuple[float, float | None] = (0.0, None)  # rank 0: model FLOPs per sample and the peak, for the mfu
+    hang: HangGuard | None = None  # heartbeats, the hang watchdog and the stragglers (every rank)
     step: int = 0
-    position: int = 0  # the global batch position of the next batch the current loader yields
     last_saved: int | None = None  # the step of the newest checkpoint this process saved or resumed from
-    beat: Heartbeat | None = None  # this rank's progress (step, phase) for the hang watchdog of every rank
-    stragglers: Stragglers | None = None  # rank 0: each rank's time per step, at --log-every
-    loader: torch.utils.data.DataLoader | None = None  # this rank's loader of the current run of batches
-    batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
+
+    @property
+    def files(self) -> RunFiles:
+        """The run folder's file map (a read-only view on ranks > 0)."""
+        return self.run.files if self.run is not None else RunFiles.read_only(self.args.out)
+
+    @property
+    def total_steps(self) -> int:
+        every_epoch = self.args.epochs * self.data.per_epoch
+        return min(every_epoch, self.args.max_steps or every_epoch)
+
+    @property
+    def parts(self) -> dict:
+        """What every checkpoint carries besides the five elements: name -> object with a state_dict."""
+        return {"rollback": self.rollback, **({"monitor": self.monitor} if self.monitor is not None else {})}
+
+    def progress(self) -> dict:
+        """What status.json says besides the state: the run's length and its number of processes."""
+        return {"total_steps": self.total_steps, "world_size": self.world.size}
 
 
-def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles, saved: dict | None,
-          changes: dict, world: World, hooks: Hooks) -> ExitCode:
+def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None,
+          changes: dict, world: World, hooks: SimpleNamespace) -> ExitCode:
     """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish; during the
     loop, a watchdog ends the job when no rank makes progress for --hang-timeout s (status "hung"). Not around
     finish: rank 0 may close its loggers (a wandb upload) for longer while the others wait at the last barrier."""
-    t = prepare(args, stop, run, files, world, hooks)
+    device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
+    # torchrun: join the other ranks (init_process_group), collectives timing out after the watchdog; plain: nothing
+    setup(world, device, collective_timeout_s(args.hang_timeout))
+    if world.launched:
+        stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
+    t = prepare(args, stop, run, world, device, hooks)
     resume(t, saved, changes)
-    t.beat, t.stragglers = Heartbeat(world.rank), Stragglers() if world.is_main else None
-    t.beat.attach(t.ddp_model, t.optimizer, ddp=t.ddp_model if world.launched else None)
-    hooks.attach(t.model, t.step, t.beat)
+    t.hang = HangGuard(world, t.files, run, timeout=args.hang_timeout, every=args.log_every)
+    hooks.attach(t.model, t.step, t.hang.beat)
     t.model.train()
-    running(t)
-    with Watchdog(t.beat, files, world.size, timeout=args.hang_timeout, on_hang=lambda report: hung(t, report)):
+    if t.run is not None:
+        t.run.running(t.step, **t.progress())  # status.json: "running"
+    with t.hang.watching(t.ddp_model, t.optimizer, status=lambda: {"step": t.step, **t.progress()},
+                         ddp=t.ddp_model if world.launched else None):
         exit_code = loop(t, hooks)
     return finish(t, exit_code)
 
 
-def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, files: RunFiles,
-            world: World, hooks: Hooks) -> Training:
-    """Step 0 of this process: device, process group, seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints."""
+def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, world: World, device: torch.device,
+            hooks: SimpleNamespace) -> Training:
+    """Step 0 of this process: seeds, data, model, optimizer, schedule, AMP, EMA, checkpoints, rollbacks."""
     main = world.is_main
-    device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
-    # torchrun: join the other ranks (init_process_group); a plain run: nothing. A collective may wait the watchdog's
-    # largest limit + 5 min, so the watchdog (limit S, or at most AUTO_MAX_S) fires first; with the watchdog off,
-    # torch's defaults (gloo 30 min, NCCL 10 min)
-    setup(world, device, (args.hang_timeout or AUTO_MAX_S) + 300 if args.hang_timeout != 0 else None)
-    if world.launched:
-        stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     if args.deterministic:  # warn (not fail) on the few CUDA ops that have no deterministic kernel
         set_deterministic(True, warn_only=True)
     set_seed(args.seed)  # the same on every rank: the same initial weights (each rank's own stream: see resume)
@@ -311,19 +319,21 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, f
     # each rank trains on its share of every global batch of --batch-size
     train_ds = hooks.data(take_fraction(load_cifar10(True, augment=not args.no_augment, seed=args.seed,
                                                      quiet=not main), args.data_fraction))
-    steps_per_epoch = batches_per_epoch(len(train_ds), args.batch_size, drop_last=True)
-    if steps_per_epoch == 0:
+    rollback = Rollback(SkipSet(len(train_ds), args.batch_size, args.seed, drop_last=True),
+                        enabled=args.on_spike == "rollback", skip_batches=args.skip_batches,
+                        lr_factor=args.rollback_lr_factor, max_rollbacks=args.max_rollbacks, run=run)
+    data = RunBatches(train_ds, args.batch_size, seed=args.seed, world=world, stop=stop, workers=args.workers,
+                      pin_memory=device.type == "cuda", skips=rollback.skips if rollback.enabled else None)
+    if data.per_epoch == 0:
         raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
     if args.batch_size < world.size:
-        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:"
-                      "每个进程至少要分到 1 个样本")
+        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:每个进程至少要分到 1 个样本")
     if args.accum_steps > args.batch_size // world.size:
         raise Refused(f"--accum-steps {args.accum_steps} 大于每个进程每步的样本数 {args.batch_size // world.size}"
                       f"(--batch-size {args.batch_size} 是全局 batch,{world.size} 个进程):每个微批次至少要有 1 个样本")
     # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
     test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
                               num_workers=args.workers) if main else None
-    total_steps = min(args.epochs * steps_per_epoch, args.max_steps or args.epochs * steps_per_epoch)
 
     # model, optimizer (fp32 master weights), schedule, AMP, EMA
     model = build_model(args.model, width=args.width, dropout=args.dropout).to(device)
@@ -335,17 +345,15 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, f
     manager = None
     if main:
         manager = (AsyncCheckpointManager if args.async_ckpt else CheckpointManager)(
-            files.checkpoints, keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
+            run.files.checkpoints, keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
             every_seconds=args.ckpt_every_seconds, keep_last_good=True)
         leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
-    rollback = Rollback(SkipSet(len(train_ds), args.batch_size, args.seed, drop_last=True),
-                        enabled=args.on_spike == "rollback", skip_batches=args.skip_batches,
-                        lr_factor=args.rollback_lr_factor, max_rollbacks=args.max_rollbacks, run=run)
-    return Training(args, world, stop, run, files, device, train_ds, test_loader, steps_per_epoch, total_steps,
-                    model, optimizer, make_scheduler(optimizer, args.warmup_steps, total_steps), amp_dtype,
-                    make_grad_scaler(device, amp_dtype), ema, manager, rollback, {"rollback": rollback})
+    t = Training(args, world, stop, run, device, data, test_loader, model, optimizer, amp_dtype,
+                 make_grad_scaler(device, amp_dtype), ema, manager, rollback)
+    t.scheduler = make_scheduler(optimizer, args.warmup_steps, t.total_steps)
+    return t
 
 
 def resume(t: Training, saved: dict | None, changes: dict) -> None:
@@ -354,16 +362,17 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
     args, world, main = t.args, t.world, t.world.is_main
     found, refusal = None, None
     if args.resume and main:
-        try:
-            found = choose_checkpoint(t)
+        try:  # a checkpoint of this run only: the command line is checked against its config too
+            found = t.run.choose_checkpoint(t.manager, t.device, check=lambda hparams, name: config_changes(
+                hparams, vars(args), free=FREE, changeable=CHANGEABLE, allowed=CHANGEABLE,
+                saved_as=f"检查点 {name} 的配置(它来自另一次运行?)"))
         except Refused as exc:  # a checkpoint of another run: every rank must stop, not only rank 0
             refusal = str(exc)
     found = share_checkpoint(found, t.files.checkpoints, t.world, t.device, "续训起点(检查点, step)", refusal)
     if main:
         identity = saved or (found.state["config"] if found else None)  # config.json's, or the checkpoint's
-        t.config = t.run.record_changes(identity, changes, found.state["step"] if found else 0) if identity \
+        t.run.config = t.run.record_changes(identity, changes, found.state["step"] if found else 0) if identity \
             else dump_run_config(t.files, vars(args), t.device, repo=Path(__file__).resolve().parent)
-        t.flops = flops_for_mfu(t)
     saved_world = continue_from(t, found)  # how many processes wrote the checkpoint
     if main and found:
         tell_resume(t, found.path, changes, saved_world, found.state["config"].get("device"))
@@ -371,34 +380,10 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
     t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
         if world.launched else t.model
     if main:
-        print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.steps_per_epoch}/epoch) "
-              f"train={len(t.train_ds)} test={len(t.test_loader.dataset)} source={t.train_ds.source}"
+        print(f"device={t.device} amp={t.amp_dtype or 'off'} steps={t.total_steps} ({t.data.per_epoch}/epoch) "
+              f"train={len(t.data.dataset)} test={len(t.test_loader.dataset)} source={t.data.dataset.source}"
               + (f" processes={world.size} backend={backend_for(t.device)} (每个进程约 {args.batch_size // world.size}"
                  " 个样本/步)" if world.launched else ""))
-
-
-def choose_checkpoint(t: Training) -> LoadedCheckpoint | None:
-    """Rank 0: the checkpoint to continue from (newest valid; after a stop on bad steps, the last known-good one),
-    checked to belong to this run; newer files set aside. None: start from step 0."""
-    args, manager = t.args, t.manager
-    if (read_status(t.files, check_alive=False) or {}).get("state") == STATES[ExitCode.BAD_STEPS]:
-        found = manager.load_last_good(map_location=t.device)
-        print("上次因坏步停止: 从最后一个健康的检查点 last_good.pt 继续" if found else
-              "上次因坏步停止,且没有健康的检查点: 从 step 0 重新开始")
-    else:
-        found = manager.load_latest(map_location=t.device)
-    if found is not None and "hparams" in found.state["config"]:  # the checkpoint must be this run's
-        config_changes(found.state["config"]["hparams"], vars(args), free=FREE, changeable=CHANGEABLE,
-                       allowed=CHANGEABLE, saved_as=f"检查点 {found.path.name} 的配置(它来自另一次运行?)")
-    resume_from = found.state["step"] if found else 0
-    # newer files are corrupt or belong to an abandoned trajectory: moved aside with a copy of the metrics
-    aside = manager.set_aside(resume_from, also_copy=(t.files.metrics,))
-    if aside:
-        print(f"step {resume_from} 之后的文件不属于续训的轨迹,已移走(没有删除): "
-              + ", ".join(str(p.relative_to(t.files.root)) for p in aside))
-    if found is None:
-        print(f"--resume: {manager.directory} 里没有可用的检查点,从 step 0 开始")
-    return found
 
 
 def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
@@ -406,12 +391,13 @@ def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
     scaler, EMA, its RNG state, every part, the lr (--lr times the rollbacks' factors), the data position; rank 0's
     monitor from that step (metrics.jsonl cut back to it). How many processes saved ``found`` (0: none)."""
     args, world = t.args, t.world
-    if world.is_main:
-        t.monitor = t.parts["monitor"] = Monitor(
+    if world.is_main:  # the mfu's FLOPs and peak: measured once, kept through a rollback's new monitor
+        mfu = (t.monitor.flops_per_sample, t.monitor.peak_flops) if t.monitor is not None else flops_for_mfu(t)
+        t.monitor = Monitor(
             t.files, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device, total_steps=t.total_steps,
-            resume_step=found.state["step"] if found else None, config=t.config, progress=not args.no_progress,
+            resume_step=found.state["step"] if found else None, config=t.run.config, progress=not args.no_progress,
             trouble_window=args.bad_step_window)
-        t.monitor.set_mfu(*t.flops)
+        t.monitor.set_mfu(*mfu)
     saved_world = found.state.get("world_size", 1) if found else 0
     if found:
         t.step = t.last_saved = restore_training_state(
@@ -421,7 +407,7 @@ def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
         set_base_lr(t.optimizer, t.scheduler, args.lr * t.rollback.lr_scale())
     if world.rank > 0 and world.rank >= saved_world:  # its own random stream (rank 0 keeps set_seed's)
         seed_rank(args.seed, world.rank, t.step)
-    t.position, t.batches = t.rollback.position(t.step), None
+    t.data.restart(t.step)
     if world.is_main:
         t.rollback.attach(t.monitor)  # a rollback's records go to this monitor
     return saved_world
@@ -436,8 +422,7 @@ def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_
     if saved_world != t.world.size:
         print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
               f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
-    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.steps_per_epoch},"
-          f"epoch 内第 {t.step % t.steps_per_epoch} 个 batch)")
+    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.data.per_epoch},epoch 内第 {t.step % t.data.per_epoch} 个 batch)")
 
 
 def flops_for_mfu(t: Training) -> tuple[float, float | None]:
@@ -451,22 +436,22 @@ def flops_for_mfu(t: Training) -> tuple[float, float | None]:
     return per_sample, matmul_peak_flops(size=512, repeats=5) * t.world.size if t.device.type == "cpu" else None
 
 
-def loop(t: Training, hooks: Hooks) -> ExitCode:
+def loop(t: Training, hooks: SimpleNamespace) -> ExitCode:
     """One optimizer step per turn; eval and checkpoints where they fall due. FINISHED, BAD_STEPS or PREEMPTED."""
     args, world, main = t.args, t.world, t.world.is_main
     while t.step < t.total_steps:
         if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
             return ExitCode.PREEMPTED
-        t.beat.enter("data", t.step + 1)
-        epoch, x, y = next_batch(t, hooks)
+        t.hang.step(t.step + 1)
+        epoch, position, x, y = t.data.next(t.step)
+        x, y = hooks.before_step(t.step + 1, position, x, y)
         result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
                             ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
                             loss_weight=len(y) * world.size / args.batch_size, accum_steps=args.accum_steps)
         t.step += 1
-        hooks.after_step(t.step, t.loader, y)
+        hooks.after_step(t.step, t.data.loader, y)
         loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
-        if t.step % args.log_every == 0:  # every rank's time per step: busy, data wait, wait for the others
-            log_ranks(t, gather(t.beat.take_times()))
+        t.hang.stepped(t.step, t.monitor)  # every --log-every steps: every rank's time per step, stragglers named
         bad = time_to_save = False
         if main:
             t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
@@ -481,7 +466,7 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
             continue
         if bad:
             return ExitCode.BAD_STEPS
-        if t.step % t.steps_per_epoch == 0:  # end of an epoch: eval, best checkpoint
+        if t.step % t.data.per_epoch == 0:  # end of an epoch: eval, best checkpoint
             save(t, evaluate_now(t))
         elif t.step == t.total_steps:  # --max-steps inside an epoch
             evaluate_now(t)
@@ -491,40 +476,20 @@ def loop(t: Training, hooks: Hooks) -> ExitCode:
     return ExitCode.FINISHED
 
 
-def next_batch(t: Training, hooks: Hooks) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """(epoch, this rank's share of the next global batch): the global position ``Rollback.position`` gives.
-
-    A new loader at an epoch's start, after a skip, a resume or a rollback (``make_loader`` starts at any batch
-    of any epoch); past the last epoch the data goes on into the next, so a run that skipped still trains its steps.
-    """
-    position = t.rollback.position(t.step)
-    epoch, start_batch = divmod(position, t.steps_per_epoch)
-    if t.batches is None or position != t.position or start_batch == 0:
-        # the old iterator (its workers, its queue threads) is released before the next loader starts its workers:
-        # a hang at this point was seen once after a rollback (rank 1 waited forever); not seen since
-        t.batches = None
-        t.loader = make_loader(t.train_ds, t.args.batch_size, seed=t.args.seed, epoch=epoch, start_batch=start_batch,
-                               num_workers=t.args.workers, drop_last=True, pin_memory=t.device.type == "cuda",
-                               rank=t.world.rank, world_size=t.world.size)  # this rank's share of each global batch
-        t.batches = t.stop.iterate(t.loader)
-    t.position = position + 1
-    return epoch, *hooks.before_step(t.step + 1, position, *next(t.batches))
-
-
 def roll_back(t: Training) -> bool:
     """--on-spike rollback (``course_utils.rollback.Rollback.recover``) through this script's load, restore and save;
     False: stop as --on-spike stop does (not asked for, --max-rollbacks reached, or no healthy checkpoint yet)."""
     rolled = t.rollback.recover(t.step, load=lambda: last_good(t), go_back=lambda found: continue_from(t, found),
                                 save=lambda: save(t))
-    if rolled:
-        running(t)
+    if rolled and t.run is not None:
+        t.run.running(t.step, **t.progress())  # status.json: "running" again, with the rollback in its history
     return rolled
 
 
 def last_good(t: Training) -> LoadedCheckpoint | None:
     """Every rank: last_good.pt for a rollback (None: there is none); rank 0 sets the later files aside."""
-    if t.world.is_main:
-        t.manager.wait()  # --async-ckpt: the save in flight is on disk before files move
+    if t.world.is_main:  # --async-ckpt: the save in flight is on disk before files move
+        t.manager.wait()
     found = share_checkpoint(t.manager.load_last_good(map_location=t.device) if t.world.is_main else None,
                              t.files.checkpoints, t.world, t.device, "回滚到的检查点(last_good.pt, step)")
     if found is not None and t.world.is_main:  # the later files belong to the abandoned trajectory
@@ -605,16 +570,15 @@ def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScale
 
 def save(t: Training, metric: float | None = None) -> None:
     """A full checkpoint of this step: every rank sends its RNG state, rank 0 writes."""
-    t.beat.enter("save")
+    t.hang.enter("save")
     same_on_all_ranks(t.step, "step")  # a rank off by one would save a state that no step had
     rng_states = gather_rng_states()  # every rank's, on rank 0
     if t.world.is_main:
         with t.monitor.paused():
             t.monitor.flush()  # records up to this step are on disk before the checkpoint that covers them
             t.manager.save(training_state(model=t.model, optimizer=t.optimizer, scheduler=t.scheduler,
-                                          scaler=t.scaler, ema=t.ema, epoch=t.position // t.steps_per_epoch,
-                                          step=t.step, batch_in_epoch=t.position % t.steps_per_epoch,
-                                          config=t.config, rng_states=rng_states, parts=t.parts),
+                                          scaler=t.scaler, ema=t.ema, step=t.step, **t.data.saved(),
+                                          config=t.run.config, rng_states=rng_states, parts=t.parts),
                            t.step, metric, healthy=t.monitor.healthy(t.step))
     t.last_saved = t.step
 
@@ -624,54 +588,12 @@ def evaluate_now(t: Training) -> float | None:
     if not t.world.is_main:
         return None
     with t.monitor.paused():
-        batches = lambda: t.beat.each(t.stop.iterate(t.test_loader), "eval")  # noqa: E731 (a beat per batch)
+        batches = lambda: t.hang.each(t.stop.iterate(t.test_loader), "eval")  # noqa: E731 (a beat per batch)
         metrics = evaluate(t.model, batches(), t.device, t.amp_dtype)
         if t.ema is not None:
             metrics |= {f"{k}_ema": v for k, v in evaluate(t.ema.module, batches(), t.device, t.amp_dtype).items()}
-        t.monitor.log_eval(t.step, (t.step - 1) // t.steps_per_epoch, **metrics)
+        t.monitor.log_eval(t.step, (t.step - 1) // t.data.per_epoch, **metrics)
     return metrics.get("acc_ema", metrics["acc"])
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Iterable, device: torch.device, dtype) -> dict[str, float]:
-    """{"acc", "loss"} (the mean) over ``batches``; restores the model's train/eval mode."""
-    was_training = model.training
-    model.eval()
-    correct, total, loss_sum = 0, 0, 0.0
-    for x, y in batches:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast(device, dtype):
-            logits = model(x)
-        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
-        correct += (logits.argmax(1) == y).sum().item()
-        total += len(y)
-    model.train(was_training)
-    return {"acc": correct / total, "loss": loss_sum / total}
-
-
-def log_ranks(t: Training, times: list[dict[str, float]]) -> None:
-    """Rank 0: every rank's seconds per step in metrics.jsonl; an alert for a rank persistently slower than the
-    others (alive, so not a hang; the others wait for it in every gradient all-reduce)."""
-    if not t.world.is_main:
-        return
-    t.monitor.log_ranks(t.step, times)
-    for rank, busy, others in t.stragglers.update(times):
-        t.monitor.alert("straggler", f"rank {rank} 持续偏慢: 最近 {t.stragglers.window} 步每步忙的中位数 {busy * 1e3:.0f} ms,"
-                        f"其他 rank 的中位数 {others * 1e3:.0f} ms;它没有卡住,其他 rank 在梯度同步时等它", t.step)
-
-
-def hung(t: Training, report: HangReport) -> None:
-    """The watchdog's report (``course_utils.heartbeat``): rank 0 writes status.json "hung" before the job ends."""
-    if t.world.is_main:
-        t.run.write_status(STATES[ExitCode.HUNG], t.step, exit_code=int(ExitCode.HUNG), message=report.message,
-                           stuck=report.stuck, hang_folder=report.folder, total_steps=t.total_steps,
-                           world_size=t.world.size)
-
-
-def running(t: Training) -> None:
-    """Rank 0: status.json says "running" at this step (with the rollbacks' history, ``RunFolder.history``)."""
-    if t.world.is_main:
-        t.run.write_status("running", t.step, total_steps=t.total_steps, world_size=t.world.size)
 
 
 def finish(t: Training, exit_code: ExitCode) -> ExitCode:
@@ -684,25 +606,16 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
             if t.world.launched else t.stop.requested
     if main:
         t.manager.wait()  # --async-ckpt: the save in flight is on disk before status.json says how the run ended
-        if exit_code == ExitCode.BAD_STEPS:
-            good = t.manager.last_good_step()
-            where = (f"最后一个健康的检查点是 last_good.pt(step {good}),之后的检查点可能已含发散的权重,"
-                     "--resume 会从 last_good.pt 继续" if good is not None else
-                     "还没有健康的检查点,--resume 会从 step 0 重新开始")
-            rolled = (f"已回滚 {len(t.run.history)} 次(--max-rollbacks {t.args.max_rollbacks})仍然出现,"
-                      if t.run.history else "")
-            message = (f"最近 {t.args.bad_step_window} 步里有 {t.monitor.trouble.count(step)} 个坏步(inf/NaN 或 "
-                       f"loss 尖峰),{rolled}在 step {step} 停止训练。{where};先降低学习率(--resume --lr 更小的值 "
-                       "--allow-change lr)或检查数据")
+        if exit_code == ExitCode.BAD_STEPS:  # what the alarm found, where --resume continues, what to change
+            message = t.rollback.stop_message(step, t.monitor.trouble.count(step), t.args.bad_step_window,
+                                              t.manager.last_good_step())
             t.monitor.alert("stopped", message, step)
         elif exit_code == ExitCode.PREEMPTED:
             message = f"收到 {received}: 已在 step {step} 保存检查点,安全退出。用 --resume 继续"
         else:
             message = f"完成: {step} 步,检查点在 {t.manager.directory}"
         t.monitor.close()
-        t.run.write_status(STATES[exit_code], step, exit_code=int(exit_code), message=message,
-                           total_steps=t.total_steps, last_good_step=t.manager.last_good_step(),
-                           world_size=t.world.size)
+        t.run.ended(exit_code, step, message, last_good_step=t.manager.last_good_step(), **t.progress())
         if exit_code != ExitCode.BAD_STEPS:  # that one was printed as an alert
             print(message)
     teardown(t.world)  # every rank waits until rank 0 has written status.json, then leaves the process group
