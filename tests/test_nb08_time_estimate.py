@@ -1,4 +1,4 @@
-"""The exercise check of 08_time_estimate: what is special to it (the chapter's example, no number of the hint
+"""The exercise checks of 08_time_estimate: what is special to them (the chapter's example, no number of the hint
 passes, rounded step counts accepted, a crash caught, the digits of a near miss). The contract (solution passes,
 stub fails, hints, every typical wrong answer of tests/support/wrong_answers/nb08.py fails naming its mistake)
 is in tests/test_exercise_contracts.py, its 50-seed sweep in tests/test_exercise_sweeps.py.
@@ -12,8 +12,9 @@ import nbformat
 import pytest
 
 from course_tools.checks import CheckFailed
-from course_tools.checks.nb08_time_estimate import check_estimate_hours
+from course_tools.checks.nb08_time_estimate import check_checkpoint_plan, check_estimate_hours
 from course_utils.estimate import training_hours as reference_hours
+from course_utils.estimate_ckpt import expected_run
 from course_utils.estimate import estimate_training_time
 from tests.support.notebook_cells import ROOT, exercise_pairs, run_source, stub_hints
 
@@ -22,7 +23,7 @@ NAME = "08_time_estimate.ipynb"
 
 def _pairs(index: int = 0):
     pairs = exercise_pairs(NAME)
-    assert len(pairs) == 1, f"期望 1 个练习(FLOP 和内存的练习在 08b);实际 {len(pairs)}"
+    assert len(pairs) == 2, f"期望 2 个练习(时长估算、检查点间隔;FLOP 和内存的练习在 08b);实际 {len(pairs)}"
     return pairs[index]
 
 
@@ -79,3 +80,45 @@ def test_a_failure_prints_digits_that_differ_and_the_tolerance(factor):
     assert "2% 以内" in info.value.expected
     text = "".join(c.source for c in nbformat.read(ROOT / "solutions" / NAME, as_version=4).cells)
     assert "相对误差 2% 以内" in text
+
+
+# --- §8: checkpoint_plan (issue 53) ---------------------------------------------------------------------------
+
+def test_plan_solution_gives_the_chapter_example():
+    solution, _ = _pairs(1)
+    tau, yuan = run_source(solution)["checkpoint_plan"](4.2, 2.4, 120, 10, 120)
+    ref = expected_run(4.2 * 3600, 10, 120, 7200, 2.4)
+    assert math.isclose(tau, math.sqrt(2 * 10 * 7200)) and math.isclose(yuan, ref.yuan)
+    assert 6 < tau / 60 < 7 and 10.08 < yuan < 11   # ~6.3 min; a little more than the uninterrupted 10.08 yuan
+
+
+def test_plan_stub_hint_gives_no_number_that_passes():
+    _, stub = _pairs(1)
+    (hint,) = stub_hints(stub)
+    numbers = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", hint)]
+    for a in numbers:
+        for b in numbers:
+            with pytest.raises(CheckFailed):
+                check_checkpoint_plan(lambda *args, a=a, b=b: (a, b))
+
+
+def test_plan_daly_is_not_young():
+    """The exercise asks for Young's interval: Daly's refinement is off by more than 2% on some case."""
+    from course_utils.estimate_ckpt import daly_interval
+
+    def daly(w, p, m, c, r):
+        run = expected_run(w * 3600, c, r, m * 60, p, interval_s=daly_interval(c, m * 60))
+        return run.interval_s, run.yuan
+    with pytest.raises(CheckFailed, match="τ\\*"):
+        check_checkpoint_plan(daly)
+
+
+@pytest.mark.parametrize("factor", [1.021, 0.979])
+def test_plan_near_miss_prints_digits_that_differ(factor):
+    def off(w, p, m, c, r):
+        run = expected_run(w * 3600, c, r, m * 60, p)
+        return run.interval_s, run.yuan * factor
+    with pytest.raises(CheckFailed) as info:
+        check_checkpoint_plan(off)
+    assert "2% 以内" in info.value.expected
+    assert re.search(r"([\d.e+]+) 元", info.value.expected).group(1) != re.search(r"([\d.e+]+) 元", info.value.found).group(1)

@@ -10,6 +10,13 @@ chapter's example read both ways:
 away: the batch size forgotten, steps/s multiplied instead of divided, seconds
 or minutes instead of hours.
 
+§8's exercise, ``checkpoint_plan(work_hours, price_per_hour, mtbf_minutes, save_seconds, restart_seconds)``:
+Young's interval τ* = √(2·C·M) in seconds and the expected ¥ of the job saving every τ*,
+``price × M·e^{R/M}·(e^{(τ*+C)/M} − 1)·W/τ* / 3600`` (``course_utils.estimate_ckpt``). Six cases from a fixed
+seed with R between 4% and 25% of M and C between 0.3% and 2% of M, so that each typical mistake moves the
+answer by more than the 2% tolerance (R forgotten, minutes taken as seconds, the square root dropped, M taken
+as the interval, the saves' own time left out of the exponent), and the chapter's example at M = 2 h.
+
 The FLOP and memory exercises (08b_flops_memory) are checked in ``nb08b_flops_memory``.
 
 Example (in a check cell)::
@@ -27,8 +34,9 @@ import numpy as np
 
 from course_tools.checks import call_learner, exercise_check, expect, fail, passed
 from course_utils.estimate import training_hours
+from course_utils.estimate_ckpt import expected_run, expected_wall_time
 
-__all__ = ["REL_TOL", "check_estimate_hours", "HINTS"]
+__all__ = ["REL_TOL", "check_estimate_hours", "check_checkpoint_plan", "HINTS"]
 
 
 # Counting whole steps per epoch (ceil or floor) is also right; with at least 20,000
@@ -82,6 +90,55 @@ def check_estimate_hours(estimate_hours: Callable[[int, float, int, float], floa
     passed(f"estimate_hours 在 {len(cases)} 组规模(6 组随机 + 章节案例的两种读法)上正确(含单位陷阱: 0.5 步/秒 ≈ 4.2 小时,0.5 样本/秒 ≈ 16.7 小时)")
 
 
+def _plan_diagnosis(tau: float, yuan: float, case: tuple[float, float, float, float, float]) -> str:
+    """A hint naming the typical mistake behind a wrong (τ, ¥) of ``case``: the closest one within 1%."""
+    work_h, price, mtbf_min, save, restart = case
+    m, ref = mtbf_min * 60, expected_run(work_h * 3600, save, restart, mtbf_min * 60, price)
+    if tau <= 0 or yuan <= 0:
+        return ""
+    ignored = expected_wall_time(work_h * 3600, ref.interval_s, 0, restart, m) * price / 3600
+    mistakes = [  # (τ it gives, ¥ it gives or None: any, the hint)
+        (math.sqrt(2 * save * mtbf_min), None, "τ 小了 √60 ≈ 7.7 倍: M 是分钟,先换成秒(C、R、M 用同一个单位)"),
+        (m, None, "间隔不是 M 本身: 存得太少,每次抢占平均丢掉半个间隔"),
+        (2 * save * m, None, "漏了平方根: τ* = √(2·C·M)"),
+        (ref.interval_s, ref.yuan / math.exp(restart / m), "忘了重启成本 R: 每次抢占后还要付 R 秒,期望时间要乘 e^{R/M}"),
+        (ref.interval_s, ignored, "漏了保存本身的时间 C: 一段是 τ + C 秒,指数里是 (τ + C)/M"),
+        (ref.interval_s, work_h * price, "只算了工作时间: 抢占后重做的工作、重启和保存都要付钱"),
+    ]
+    scored = [(max(abs(math.log(tau / t)), abs(math.log(yuan / y)) if y else 0.0), hint) for t, y, hint in mistakes]
+    distance, hint = min(scored)
+    return hint if distance < 0.01 else ""
+
+
+@exercise_check
+def check_checkpoint_plan(checkpoint_plan: Callable[[float, float, float, float, float], tuple[float, float]],
+                          seed: int = 1234) -> None:
+    """Compare ``checkpoint_plan(work_hours, price_per_hour, mtbf_minutes, save_seconds, restart_seconds)``, which
+    returns (τ* in seconds, expected ¥), with ``course_utils.estimate_ckpt.expected_run`` on seven cases."""
+    rng = np.random.default_rng(seed)
+    cases = [(4.2, 2.4, 120.0, 10.0, 120.0)]  # the chapter's LoRA-7B run, preempted every 2 h on average
+    for _ in range(6):
+        mtbf_min = float(rng.uniform(20, 240))
+        cases.append((float(rng.uniform(2, 60)), float(rng.uniform(1, 30)), mtbf_min,
+                      float(mtbf_min * 60 * rng.uniform(0.003, 0.02)), float(mtbf_min * 60 * rng.uniform(0.04, 0.25))))
+    rng.shuffle(cases)
+    for case in cases:
+        args = "checkpoint_plan(" + ", ".join(f"{v:.4g}" for v in case) + ")"
+        got = call_learner(checkpoint_plan, *case)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in got)):
+            fail(f"{args} 返回两个数 (τ* 秒, 期望费用 元)", f"{type(got).__name__} {got!r}"[:80],
+                 "return tau, yuan: 两个数本身,不要字符串或 None")
+        tau, yuan = float(got[0]), float(got[1])
+        ref = expected_run(case[0] * 3600, case[3], case[4], case[2] * 60, case[1])
+        ok = all(math.isfinite(v) for v in (tau, yuan)) and math.isclose(tau, ref.interval_s, rel_tol=REL_TOL) \
+            and math.isclose(yuan, ref.yuan, rel_tol=REL_TOL)
+        hint = "" if ok or not all(math.isfinite(v) for v in (tau, yuan)) else _plan_diagnosis(tau, yuan, case)
+        expect(ok, f"{args} ≈ (τ* {ref.interval_s:.4g} 秒, {ref.yuan:.4g} 元)(相对误差 {REL_TOL:.0%} 以内)",
+               f"(τ* {tau:.4g} 秒, {yuan:.4g} 元)", hint)
+    passed(f"checkpoint_plan 在 {len(cases)} 组抢占场景上正确(含章节例子: M = 2 小时时 τ* ≈ 6.3 分钟)")
+
+
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_estimate_hours": (
@@ -89,5 +146,10 @@ HINTS: dict[str, tuple[str, ...]] = {
         "08 的「5. 章节例子重算,以及单位陷阱」一节用章节的例子把每个量算了一遍,并对比了两种读法",
         "最常错的是单位:steps_per_sec 是「步/秒」不是「样本/秒」,样本数要先按 batch_size 换成步数;"
         "除完得到的是秒,还要换成小时",
+    ),
+    "check_checkpoint_plan": (
+        "抢占随机发生,平均每 M 秒一次;存得勤,保存本身花时间,存得少,每次抢占丢的工作多:τ* = √(2·C·M) 平衡两者",
+        "08 的「7. 抢占式实例:多久存一次检查点(Young/Daly 间隔)」一节推导了期望时间 M·e^{R/M}·(e^{(τ+C)/M} − 1)·W/τ 并用章节例子算了一遍",
+        "最常错的是单位: 工作是小时、M 是分钟、C 和 R 是秒,全部先换成秒再代入;指数里是 τ + C,前面的 e^{R/M} 别漏",
     ),
 }

@@ -21,6 +21,7 @@ from course_tools.checks import call_learner, exercise_check, expect, passed
 from course_tools.quiz import Question, Quiz
 from course_utils.debug import TROUBLESHOOTING, troubleshooting_chain
 from course_utils.estimate import training_hours
+from course_utils.estimate_ckpt import young_interval
 
 __all__ = ["QUESTIONS", "QUIZ", "GRADED_IDS", "ORDER_CHOICES", "EMA_REL_TOL", "check_self_test_answers",
            "check_ema_start_weight", "HINTS"]
@@ -150,6 +151,11 @@ QUESTIONS = [
     }, answer="B", explanation="大 batch 的平均 loss 等于各微批次平均 loss 按 n_i / N 加权的和。除以 K 只在各微批次一样大时才对:"
        "7+3 时后 3 个样本每个的权重是前 7 个的 7/3 倍;窗口里 zero_grad 只留下最后一个微批次的梯度;"
        "直接 backward 两次得到的是两个平均的和,不是平均(02 §5)。", experiment="实验 12: 7+3 个样本的三种加权"),
+    Question("q14", "抢占式实例平均每 3 小时被抢占一次,保存一次检查点要 60 秒,重启要 3 分钟。按 Young 公式,"
+             "每做多少分钟的工作存一次检查点?(填分钟数)", kind="number", answer=young_interval(60, 3 * 3600) / 60,
+             tolerance=0.02, explanation="τ* = √(2·C·M) = √(2 × 60 s × 10800 s) ≈ 1138 s ≈ 19 分钟。C 和 M 先换成同一个单位"
+             "(把 M 写成 180 分钟代入会得到 147,单位还乱了);间隔不是 M 本身;重启成本 R 不改变 τ*,"
+             "只让每个间隔的期望时间都乘上 e^{R/M}(08 §7)。", experiment="实验 13: Young 间隔,和 R 的作用"),
 ]
 
 QUIZ = Quiz(QUESTIONS, title="0.4 训练工程常识 · 自测题", name="QUIZ")
@@ -164,7 +170,7 @@ def check_self_test_answers(answers_fn) -> None:
     the answered questions go into the progress ledger under the quiz's title, like the answer bars' 检查.
     """
     answers = call_learner(answers_fn)
-    expect(isinstance(answers, dict), "返回一个 dict,键是题号 \"q1\"…\"q11\" 和 \"q13\",值是你的答案", type(answers).__name__,
+    expect(isinstance(answers, dict), "返回一个 dict,键是题号 \"q1\"…\"q11\"、\"q13\" 和 \"q14\",值是你的答案", type(answers).__name__,
            "把答案写成 return {\"q1\": ..., \"q2\": ..., ...} 这样的 dict 字面量")
     missing = [qid for qid in GRADED_IDS if qid not in answers or answers[qid] is None or answers[qid] is ...
                or (isinstance(answers[qid], str) and not answers[qid].strip())]
@@ -223,7 +229,7 @@ def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
 # Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_self_test_answers": (
-        "这里计分的是你自己对 q1 到 q11 和 q13 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"
+        "这里计分的是你自己对 q1 到 q11、q13 和 q14 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"
         "拿不准的题,先想它考的是哪条机制(哪个张量是什么精度、哪一步做了什么),再用实验验证",
         "09 的「第二部分:用实验验证」里每个实验都标了它对应的题号,跑一遍再对照你的选择;"
         "每题考的内容在哪一章学过,见「第一部分:题目」的各个小标题",

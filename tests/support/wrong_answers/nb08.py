@@ -37,3 +37,40 @@ WRONG_ANSWERS = {
     # forgot the return statement
     "returns_none": (lambda n, e, b, s: None, "返回一个数"),
 }
+
+
+def _plan(work_h, price, mtbf_min, save, restart, *, tau=None, m_unit=60, restart_on=True, save_in_exp=True):
+    """The right computation with one knob turned: the mistakes below."""
+    m = mtbf_min * m_unit
+    tau = math.sqrt(2 * save * m) if tau is None else tau(save, m)
+    wall = m * (math.exp(restart / m) if restart_on else 1) * (math.exp((tau + (save if save_in_exp else 0)) / m) - 1)
+    return tau, wall * work_h * 3600 / tau / 3600 * price
+
+
+# checkpoint_plan(work_hours, price_per_hour, mtbf_minutes, save_seconds, restart_seconds) -> (tau_s, yuan)
+WRONG_PLANS = {
+    # the restart tax left out: no e^{R/M}
+    "forgets_restart": (lambda w, p, m, c, r: _plan(w, p, m, c, r, restart_on=False), "忘了重启成本 R"),
+    # M used in minutes next to C and R in seconds
+    "minutes_as_seconds": (lambda w, p, m, c, r: _plan(w, p, m, c, r, m_unit=1), "√60"),
+    # the square root dropped: 2·C·M
+    "drops_sqrt": (lambda w, p, m, c, r: _plan(w, p, m, c, r, tau=lambda c_, m_: 2 * c_ * m_), "漏了平方根"),
+    # the interval taken as M itself
+    "interval_is_mtbf": (lambda w, p, m, c, r: _plan(w, p, m, c, r, tau=lambda c_, m_: m_), "不是 M 本身"),
+    # the saves' own time left out of the exponent
+    "ignores_save_cost": (lambda w, p, m, c, r: _plan(w, p, m, c, r, save_in_exp=False), "保存本身的时间"),
+    # the bill of the work alone, as if nothing were preempted
+    "work_only": (lambda w, p, m, c, r: (_plan(w, p, m, c, r)[0], w * p), "只算了工作时间"),
+    # √(C·M): the 2 forgotten
+    "forgets_two": (lambda w, p, m, c, r: _plan(w, p, m, c, r, tau=lambda c_, m_: math.sqrt(c_ * m_)), None),
+    # hours instead of yuan
+    "returns_hours": (lambda w, p, m, c, r: (_plan(w, p, m, c, r)[0], _plan(w, p, m, c, r)[1] / p), None),
+    # the interval in minutes
+    "interval_in_minutes": (lambda w, p, m, c, r: (_plan(w, p, m, c, r)[0] / 60, _plan(w, p, m, c, r)[1]), None),
+    # the two numbers swapped
+    "swapped": (lambda w, p, m, c, r: _plan(w, p, m, c, r)[::-1], None),
+    # one number only, or printed
+    "returns_yuan_only": (lambda w, p, m, c, r: _plan(w, p, m, c, r)[1], "返回两个数"),
+    "returns_string": (lambda w, p, m, c, r: f"{_plan(w, p, m, c, r)}", "返回两个数"),
+    "returns_none": (lambda w, p, m, c, r: None, "返回两个数"),
+}

@@ -31,6 +31,11 @@ WRONG_ANSWERS = [
     ("q11", 60_000),   # seconds instead of hours
     ("q13", "A"),      # divides by K: right only when the micro-batches are the same size
     ("q13", "D"),      # "backward twice averages by itself": it sums the two means
+    ("q14", 180),      # the interval taken as M itself
+    ("q14", 2.45),     # M put in as 180 (minutes) next to C in seconds: √(2·60·180) = 147, read as minutes
+    ("q14", 1138),     # seconds, not minutes
+    ("q14", 13.4),     # √(C·M): the 2 forgotten
+    ("q14", 38.0),     # the restart counted into the save: √(2·(60 + 180)·10800) / 60
 ]
 
 
