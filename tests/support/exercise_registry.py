@@ -21,11 +21,12 @@ from course_tools.checks import nb01_amp, nb02_accumulation, nb02_grad_clipping,
 from course_tools.checks import nb04_checkpoint_resume, nb05_reproducibility, nb06_monitoring
 from course_tools.checks import nb07_single_batch_overfit as nb07_checks
 from course_tools.checks import nb08_time_estimate, nb08b_flops_memory, nb09_self_test, nb11_multi_process
-from course_tools.checks import nb12_loss_spikes
+from course_tools.checks import nb12_loss_spikes, nb13_resume_doctor
 from tests.support.notebook_cells import exercise_pairs, run_source
 from tests.support.sweep import SWEEP_SEEDS
 from tests.support.wrong_answers import nb01, nb02_accumulation as w02a, nb02_grad_clipping as w02c, nb03, nb04, nb05
 from tests.support.wrong_answers import nb06, nb07, nb07_batch_mixing as w07b, nb08, nb08b, nb09, nb11, nb12
+from tests.support.wrong_answers import nb13_resume_doctor as w13
 
 Namespace = dict
 # a wrong answer: (make the learner's namespace from the solution's source, a fragment the message must contain)
@@ -56,6 +57,11 @@ class Exercise:
     sweep_seeds: range | None = None      # the slow sweep's seeds; None: not swept
     sweep_threads: bool = False           # the sweep runs under the workbook_threads fixture
     sweep_fragments: bool = False         # the sweep also checks the 期望 prefix and each fragment
+    slow: bool = False                    # its check starts training processes: its tests are marked slow
+
+    @property
+    def marks(self) -> tuple:
+        return (pytest.mark.slow,) if self.slow else ()
 
     @property
     def id(self) -> str:
@@ -179,6 +185,17 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("12_loss_spikes.ipynb", "diagnose_spike", nb12_loss_spikes.check_diagnose, 0, plain(nb12.WRONG),
              stub_raises=_raises(lambda ns: ns["diagnose_spike"]([])), hint_count=1,
              twice=("smoothed loss only",), sweep_seeds=SWEEP_SEEDS),
+    # each check runs the resume doctor (about eight training processes, as long as a notebook): the sweep takes
+    # one other seed, not 50 (50 x 6 doctor runs would take hours). Its verdicts are exact comparisons, so a seed cannot
+    # hide a defect: fp16 rounding changes random weights, a restarted epoch replays other samples (a permutation
+    # without repeats), the warm-up's lr differs at another step, a reseeded generator draws other masks.
+    Exercise("13_resume_doctor.ipynb", "save_checkpoint", nb13_resume_doctor.check_capstone, 0,
+             {name: (lambda solution, d=defects: run_source(w13.mutant(solution, d)), frag)
+              for name, (defects, frag) in w13.WRONG.items()},
+             call=lambda check, ns, **kw: check(ns["save_checkpoint"], ns["load_checkpoint"], **kw),
+             stub_raises=_raises(lambda ns: ns["save_checkpoint"](None, None, None, None, None, 0),
+                                 lambda ns: ns["load_checkpoint"](None, None, None, None, None)),
+             hint_count=2, sweep_seeds=range(7, 8), slow=True),
 )
 
 NOTEBOOKS: tuple[str, ...] = tuple(dict.fromkeys(e.notebook for e in EXERCISES))
