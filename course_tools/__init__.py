@@ -4,9 +4,8 @@
                 (``nb10_homework`` runs the learner's homework scripts; ``upgrades`` lists them)
 - ``quiz``      self-test questions with widgets and a plain-text fallback
 - ``ledger``    the learner's ledger of checks run (passed, failed, not started) and hints seen
-- ``progress``  the dashboard read from it (``python -m course_tools.progress``)
+- ``progress``  the dashboard read from it (``python -m course_tools.progress``); the display width of text
 - ``release``   generates ``notebooks/`` from ``solutions/`` (``python -m course_tools.release``)
-- ``columns``   the display width of text (a CJK character takes two columns), for ``release`` and ``progress``
 - ``cells``     the notebook glob and the cell tags (``exercise``, ``check``, ``solution-only``)
 - ``claims``    ``claim()``: a notebook sentence about a computed value, checked where it is computed
 - ``lab``       the apparatus of the long experiments: ``checkpoint_resume`` (04: kill-and-resume) and

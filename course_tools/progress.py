@@ -5,12 +5,18 @@ self-test score over its scored questions, the homework upgrades
 on, else the first one not started, with its notebook section. Read from the ledger
 (:mod:`course_tools.ledger`); ``python -m course_tools.progress`` prints it, :func:`show` renders it
 as HTML in a notebook.
+
+It also measures text as a monospace terminal or notebook output shows it (:func:`width`: a wide, CJK character
+takes two columns), for its tables and for the hint lines :mod:`course_tools.release` wraps. Here, not in
+``release``: this module runs in the last cell of every notebook (``still_open``), so importing it must stay cheap,
+and ``release`` imports nbformat (about 0.9 s, most of it jsonschema building ``rfc3987_syntax``'s grammars).
 """
 from __future__ import annotations
 
 import html
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,10 +25,9 @@ from urllib.parse import quote
 from course_tools.cells import CHECK, NOTEBOOK_GLOB, tags
 from course_tools.checks.upgrades import UPGRADE_LIST
 from course_tools.ledger import NOTEBOOKS, ledger_path, load
-from course_tools.columns import width
 
 __all__ = ["STATES", "state", "Exercise", "exercises", "Row", "dashboard", "next_exercise", "still_open", "text",
-           "html_table", "show", "main"]
+           "html_table", "show", "main", "width"]
 
 _IMPORT = re.compile(r"from\s+course_tools\.checks\.(nb\d\d\w*)\s+import")
 _CALL = re.compile(r"\b(check_\w+)\s*\(")
@@ -176,6 +181,11 @@ def still_open(notebook: str) -> None:
         attempts = _attempts(entry)
         print(f"  - 「{ex.section}」 {ex.check.split('.')[1]}: {STATES[state(entry)]}"
               + (f"({attempts})" if attempts else ""))
+
+
+def width(text: str) -> int:
+    """Display columns of ``text``: a wide (CJK) character takes two (``width("EMA 衰减率")``: 10)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def _pad(s: str, columns: int) -> str:

@@ -29,7 +29,7 @@ import nbformat
 
 from course_tools.cells import CHECK, EXERCISE, NOTEBOOK_GLOB, SOLUTION_ONLY, tags
 from course_tools.claims import STRICT_ENV
-from course_tools.columns import width
+from course_tools.progress import width
 from course_tools.noninteractive import quiet_environ
 
 __all__ = ["ROOT", "DEFAULT_HINT", "WIDTH", "NBVAL_MARKER", "AuthoringError", "raise_lines", "strip_solutions",

@@ -1,4 +1,4 @@
-"""The checks seed their hidden cases on the CPU generator alone (course_tools/checks/seeding.py)."""
+"""The checks seed their hidden cases on the CPU generator alone (course_tools.checks.seed_cpu)."""
 from __future__ import annotations
 
 import traceback
@@ -6,7 +6,7 @@ import traceback
 import pytest
 import torch
 
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import seed_cpu
 
 
 def test_seed_cpu_gives_the_cpu_stream_of_torch_manual_seed():

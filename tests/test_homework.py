@@ -21,7 +21,8 @@ import pytest
 from course_utils import interrupt
 from course_utils.resume_doctor import probe
 from course_tools.checks import CheckFailed
-from course_tools.checks import homework_files, homework_resume, homework_runs
+from course_tools.checks import homework_resume, homework_runs
+from course_tools.checks import untrusted_files as homework_files
 from course_tools.checks import nb10_homework as homework
 from tests.support.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
 from tests.support.notebook_cells import ROOT

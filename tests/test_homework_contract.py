@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools.checks import homework_files
+from course_tools.checks import untrusted_files as homework_files
 from course_tools.checks import nb10_homework as homework
 from course_tools.checks.homework_runs import RECORDS
 from course_utils.resume_doctor import probe

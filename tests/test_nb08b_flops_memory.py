@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from course_tools import release
-from course_tools.columns import width
+from course_tools.progress import width
 from course_tools.checks import CheckFailed
 from course_tools.checks.nb08b_flops_memory import check_peak_memory, check_step_flops
 from tests.support.notebook_cells import exercise_pairs, stub_hints

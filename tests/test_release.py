@@ -3,7 +3,7 @@ import nbformat
 import pytest
 
 from course_tools import release
-from course_tools.columns import width
+from course_tools.progress import width
 
 
 def test_notebooks_are_up_to_date_with_solutions(capsys):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from course_tools.checks import CheckFailed, expect, fail
-from course_tools.checks import homework_files as files
+from course_tools.checks import untrusted_files as files
 from course_tools.checks.homework_runs import Launcher, Run, run_all, watch
 from course_utils.resume_doctor.compare import Finding, compare_chain
 from course_utils.resume_doctor.explain import headline

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from course_tools.checks import CheckFailed, expect, fail
-from course_tools.checks import homework_files as files
+from course_tools.checks import untrusted_files as files
 from course_tools.cputime import WALL_FACTOR, cpu_clock
 from course_tools.noninteractive import quiet_environ
 from course_utils.data import default_data_root

@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed, seed_cpu
 from course_utils.clipping import clip_gradients
 
 

@@ -21,8 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import CheckFailed, call_learner, exercise_check, expect, fail, passed, seed_cpu
 
 
 __all__ = ["check_ema_update", "HINTS"]

@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import call_learner, exercise_check, expect, fail, passed
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed, seed_cpu
 from course_utils.schedule import make_scheduler
 
 

@@ -31,8 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_tools.checks import call_learner, exercise_check, expect, fail, passed
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed, seed_cpu
 from course_utils.clipping import global_grad_norm
 from course_utils.debug import batch_mixing as reference_mixing
 from course_utils.debug import overfit_one_batch as reference_overfit

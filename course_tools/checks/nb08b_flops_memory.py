@@ -26,8 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from course_tools.checks import call_learner, exercise_check, expect, fail, passed
-from course_tools.checks.seeding import seed_cpu
+from course_tools.checks import call_learner, exercise_check, expect, fail, passed, seed_cpu
 from course_utils.estimate import MemoryBudget, StepFlops, measured_memory, training_flops
 
 __all__ = ["FLOPS_REL_TOL", "exercise_model", "check_step_flops", "MEMORY_REL_TOL", "exercise_mlp",

@@ -29,7 +29,7 @@ wrote. The contract, in the order the five upgrades introduce it:
 ``UPGRADES`` lists them in order for the grader (``course_grader``); every check takes a ``launcher``
 (``LOCAL``, or the grader's sandbox) and a ``workdir`` (where the run folders go), and prints the absolute
 path of the script it runs. Running and watching a script: :mod:`~course_tools.checks.homework_runs`;
-reading its untrusted files: :mod:`~course_tools.checks.homework_files`; the kill and resume of upgrades
+reading its untrusted files: :mod:`~course_tools.checks.untrusted_files`; the kill and resume of upgrades
 2 and 4: :mod:`~course_tools.checks.homework_resume`. The seeds are fixed (``seed=1234``): a failure
 reproduces with the command its message prints. Reference machinery (the homework of ``10_homework``). Example::
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from course_tools.checks import exercise_check, expect, passed
-from course_tools.checks import homework_files as files
+from course_tools.checks import untrusted_files as files
 from course_tools.checks.homework_resume import ema_hint, interrupted_and_resumed, polled_note
 from course_tools.checks.homework_runs import Launcher, Run, announce, run_all, scratch
 from course_tools.checks.homework_started import started

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from course_tools.lab.multi_process import PRO_SCRIPT, _kill_job, _train_losses, fresh, torchrun_command
-from course_tools.lab.resumed import ResumedJob
+from course_tools.lab.multi_process import PRO_SCRIPT, ResumedJob, _kill_job, _train_losses, fresh, torchrun_command
 from course_utils.heartbeat import read_heartbeats
+from course_utils.runfolder import RunFiles, read_status
 
 __all__ = ["FrozenJob", "freeze_rank", "main_thread_frames"]
 
@@ -86,7 +86,7 @@ def _rank_pid(agent: subprocess.Popen, out: Path, rank: int) -> int | None:
     """The pid in ``rank``'s heartbeat, once it is a process of this job whose environment says RANK=rank."""
     import psutil
 
-    beat = read_heartbeats(out / "heartbeats").get(rank)
+    beat = read_heartbeats(RunFiles(out).heartbeats).get(rank)
     process = _job_processes(agent).get(beat["pid"]) if beat else None
     try:
         return beat["pid"] if process is not None and process.environ().get("RANK") == str(rank) else None
@@ -120,15 +120,15 @@ def _watch(job: subprocess.Popen, out: Path, log: Path, settle_s: float, watch_s
     import psutil
 
     def waiting() -> dict[int, dict[str, Any]] | None:
-        beats, now = read_heartbeats(out / "heartbeats"), time.time()
+        beats, now = read_heartbeats(RunFiles(out).heartbeats), time.time()
         ready = {0, 1} <= beats.keys() and now - beats[0]["since"] >= settle_s and now - beats[1]["stamped"] >= settle_s
         return beats if ready else None
 
     _wait_for(waiting, 60, f"rank 0 在同一个阶段停留 {settle_s:g} s", log)
-    outputs = (log, out / "metrics.jsonl")
+    outputs = (log, RunFiles(out).metrics)
     size_before, start, samples = sum(p.stat().st_size for p in outputs), time.monotonic(), []
     while (t := time.monotonic() - start) < watch_s and job.poll() is None:
-        samples.append(_row(read_heartbeats(out / "heartbeats"), time.time(), t))
+        samples.append(_row(read_heartbeats(RunFiles(out).heartbeats), time.time(), t))
         time.sleep(0.25)
     window_s, processes = time.monotonic() - start, _job_processes(job)
     rank1 = _rank_pid(job, out, 1)
@@ -149,8 +149,8 @@ def _hang_outcome(job: subprocess.Popen, out: Path, log: Path, stopped_at: float
     deadline = time.monotonic() + 10
     while (leftovers := _alive(processes)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    status = json.loads((out / "status.json").read_text())
-    folder = Path(status.get("hang_folder", out / "hangs"))
+    status = read_status(out, check_alive=False)
+    folder = Path(status.get("hang_folder", RunFiles(out).hangs))
     if not (folder / "report.json").is_file():
         raise RuntimeError(f"作业结束了(退出码 {job.returncode}),但没有看门狗的报告 {folder}/report.json:\n"
                            + log.read_text(errors="replace")[-1500:])
@@ -192,7 +192,7 @@ def freeze_rank(script: Path = PRO_SCRIPT, freeze_at: int = 8, hang_timeout: flo
             for proc in (job, ref_job):
                 if proc.poll() is None:
                     _kill_job(proc)
-    states = [json.loads((d / "status.json").read_text())["state"] for d in (ref_dir, out)]
+    states = [read_status(d, check_alive=False)["state"] for d in (ref_dir, out)]
     return FrozenJob(command=command, frozen_pid=frozen_pid, frozen_after=frozen_after, **watched, **ended,
                      reference=_train_losses(ref_dir), resumed=_train_losses(out),
                      returncodes={"reference": ref_job.returncode, "resume": resume.returncode}, states=states,

@@ -17,8 +17,7 @@ rank-0 write, the barrier) and calls these helpers for the rest:
 - :func:`kill_and_resume` runs the professional script under torchrun twice side by side,
   SIGKILLs one whole job (agent and ranks) and resumes it (section 9).
 
-Every file goes under one temporary folder (:func:`fresh` gives a new empty one inside it);
-:func:`cleanup` removes it.
+Every file goes under one temporary folder (:func:`fresh`: a new empty one inside it); :func:`cleanup` removes it.
 
 Example::
 
@@ -27,7 +26,7 @@ Example::
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import multiprocessing as mp
 import os
 import shutil
@@ -46,11 +45,13 @@ import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a mod
 import torch.distributed as dist
 
 from course_utils import interrupt
-from course_tools.lab.resumed import ResumedJob
+from course_utils.checkpoint import CheckpointManager
+from course_utils.runfolder import RunFiles, read_status
+from course_utils.sinks import read_metrics
 
 __all__ = ["CTX", "fresh", "cleanup", "run_ranks", "SpawnOutcome", "spawn_outcome", "flat", "describe_shares",
            "unlucky_atomic_saves", "ReadBeforeWrite", "shares_match_one_process", "torchrun_command",
-           "KilledJob", "PRO_SCRIPT", "kill_and_resume"]
+           "ResumedJob", "KilledJob", "PRO_SCRIPT", "kill_and_resume"]
 
 CTX = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
 """The fork start method, or None where the platform has none (Windows)."""
@@ -270,9 +271,7 @@ def torchrun_command(script: Path, out: Path, *extra: str, fraction: float = 0.1
 
 
 def _train_losses(out: Path) -> dict[int, float]:
-    from course_utils.monitor import read_metrics
-
-    return {r["step"]: r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"}
+    return {r["step"]: r["loss"] for r in read_metrics(RunFiles(out).metrics) if r["split"] == "train"}
 
 
 def _ranks_stopped(proc: subprocess.Popen) -> int:
@@ -285,10 +284,8 @@ def _ranks_stopped(proc: subprocess.Popen) -> int:
         return 0
     stopped = 0
     for child in children:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             stopped += child.status() == psutil.STATUS_STOPPED
-        except psutil.NoSuchProcess:
-            pass
     return stopped
 
 
@@ -319,6 +316,18 @@ def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
 
 
 @dataclass(frozen=True)
+class ResumedJob:
+    """What sections 9 and 10 both end with: the uninterrupted run, and the interrupted one after --resume."""
+
+    reference: dict[int, float]        # step -> train loss of the uninterrupted run
+    resumed: dict[int, float]          # step -> train loss of the interrupted run after --resume
+    returncodes: dict[str, int | None]  # reference, resume
+    states: list[str]                  # status.json's state at the end: reference, resumed
+    seconds: float
+    resume_log: str
+
+
+@dataclass(frozen=True)
 class KilledJob(ResumedJob):
     """What :func:`kill_and_resume` measured."""
 
@@ -341,8 +350,6 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
     """Start a reference run and a run to interrupt side by side (2 jobs x 2 ranks, one thread each); SIGKILL the
     whole second job right after optimizer step ``kill_after`` (each rank freezes itself there through
     ``course_utils.interrupt --stop``, then every process of the job is killed at once); resume it with ``--resume``."""
-    from course_utils.checkpoint import CheckpointManager
-
     if not script.is_file():
         raise FileNotFoundError(f"本节要运行 {script}:请在仓库里打开本 notebook(JupyterLab 以仓库根目录启动)")
 
@@ -374,8 +381,8 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
         raise RuntimeError(f"被中断的运行没有跑到第 {kill_after} 步(退出码 {cut_job.returncode}),它输出的最后几行:\n"
                            + (cut_dir.parent / "log.txt").read_text()[-1500:])
     before_kill = _train_losses(cut_dir)
-    status_after_kill = json.loads((cut_dir / "status.json").read_text())["state"]
-    found = CheckpointManager(cut_dir / "checkpoints").load_latest()
+    status_after_kill = read_status(cut_dir, check_alive=False)["state"]
+    found = CheckpointManager(RunFiles(cut_dir).checkpoints).load_latest()
     latest = {"name": found.path.name, "step": found.state["step"], "world_size": found.state["world_size"],
               "rng_ranks": len(found.state["rng_ranks"])}
     try:
@@ -384,7 +391,7 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
     finally:
         if ref_job.poll() is None:
             _kill_job(ref_job)
-    states = [json.loads((d / "status.json").read_text())["state"] for d in (ref_dir, cut_dir)]
+    states = [read_status(d, check_alive=False)["state"] for d in (ref_dir, cut_dir)]
     return KilledJob(command=command, agent_pid=cut_job.pid, sessions=killed[0], survivors=killed[1],
                      killed_returncode=cut_job.returncode, status_after_kill=status_after_kill, latest=latest,
                      before_kill=before_kill, reference=_train_losses(ref_dir), resumed=_train_losses(cut_dir),
