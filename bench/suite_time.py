@@ -1,5 +1,7 @@
-"""Test-suite time per file, against the budgets: the README's `pytest` under 480 s and the
-quick loop `pytest -m "not slow"` under 120 s on a quiet 2-core machine; exits 1 on a miss.
+"""Test-suite time per file, against the budgets: the README's `pytest` under 900 s and the
+quick loop `pytest -m "not slow"` under 150 s on a quiet 2-core machine; exits 1 on a miss.
+Every figure is printed and recorded with the CPU model it was measured on: the same code took 450-653 s
+on Intel Xeons and 775 s on an AMD EPYC without AVX-512 (issue 49), so a time without its machine says little.
 
 Runs pytest with a JUnit XML report and sums the time per file (each notebook under nbval is one
 file, its cells the test cases; each tests/*.py is one file). The suite runs in pytest-xdist
@@ -80,8 +82,8 @@ def summarize(xml_path: Path) -> list[dict]:
     return sorted(({"file": k, **v} for k, v in per_file.items()), key=lambda r: -r["seconds"])
 
 
-SUITE_BUDGET_S = 480.0   # the README's `pytest`: the brief's 8 minutes (decided in issue 31)
-QUICK_BUDGET_S = 120.0   # `pytest -m "not slow"`: the brief's 2 minutes
+SUITE_BUDGET_S = 900.0   # the README's `pytest` (re-decided in issue 49: 8 minutes measured the machine, not the code)
+QUICK_BUDGET_S = 150.0   # `pytest -m "not slow"` (likewise; 2 minutes before)
 
 
 @dataclass
@@ -143,9 +145,11 @@ def main(argv=None) -> int:
             found += quick.failures
             text += f'\npytest -m "not slow" wall time {quick_wall:.1f} s (exit {quick_code}): {quick_last}'
             checks.append(('pytest -m "not slow"', quick_wall, QUICK_BUDGET_S, quick_code))
+    cpu = f"{info['cpu_model']}, {info['cpu_count']} cores"
     for name, seconds, budget, exit_code in checks:
         ok = seconds <= budget and exit_code == 0
-        text += f"\n{name}: {seconds:.0f} s, budget {budget:.0f} s, exit {exit_code} -> {'OK' if ok else 'MISSED'}"
+        text += (f"\n{name}: {seconds:.0f} s on {cpu}, budget {budget:.0f} s, exit {exit_code} -> "
+                 f"{'OK' if ok else 'MISSED'}")
     print()
     print(text)
     print("\nslowest tests (setup + call + teardown):")
@@ -154,7 +158,8 @@ def main(argv=None) -> int:
     missed = any(seconds > budget or exit_code for _, seconds, budget, exit_code in checks)
     path = write_json("suite_time", {"machine": info, "pytest_args": args.pytest_args, "files": rows,
                                      "wall_s": wall, "exit_code": code, "budgets": [
-                                         {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c}
+                                         {"command": n, "wall_s": s_, "budget_s": b, "exit_code": c,
+                                          "cpu_model": info["cpu_model"]}
                                          for n, s_, b, c in checks],
                                      "passed": not missed, "table": text, "slowest_tests": slowest, "failures": found}, args.json)
     print(f"\nJSON: {path}")
