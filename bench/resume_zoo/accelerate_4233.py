@@ -1,7 +1,8 @@
-"""Accelerate PR #4233: a mid-epoch save captures the shuffle generator after it drew this epoch's permutation:
-the resumed epoch is shuffled with the next epoch's order, and that order comes twice.
+"""Accelerate PR #4233: a mid-epoch save captures the shuffle generator after this epoch's permutation was drawn
+from it; the resume shuffles the interrupted epoch again from that advanced state: an order the uninterrupted
+run never used (upstream: the next epoch's, which then comes twice).
 
-Expected: data order (the next epoch's order), at the first resumed step."""
+Expected: data order, at the first resumed step."""
 import sys
 from pathlib import Path
 

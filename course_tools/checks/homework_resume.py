@@ -204,7 +204,8 @@ def _verify(resumed: Run, where: str, killed_at: int, before: dict[int, dict[str
             fail(expected, f"loss 逐步相同,但续训后的状态不同(step {doctor.step})", DOCTOR + headline(doctor))
         s = mismatched[0]
         ref_loss = f"{reference[s]['loss']:.7g}" if s in reference else "没有这一步"
-        hint = DOCTOR + headline(doctor) if doctor is not None else _loss_hint(where, s, first, epoch_end)
+        mid_ok = "从 epoch 中间续训是一致的;" if where == "epoch 结尾" else ""  # the mid-epoch resume passed first
+        hint = mid_ok + DOCTOR + headline(doctor) if doctor is not None else _loss_hint(where, s, first, epoch_end)
         fail(expected, f"step {s}: 续训 {after[s]['loss']:.7g} vs 不中断 {ref_loss}", hint)
     return Resumed(where, resumed, killed_at, first, after, polled, finding)
 

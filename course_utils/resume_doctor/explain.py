@@ -119,7 +119,8 @@ CAUSES: dict[str, tuple[str, str, str, str]] = {
                          "weights and batch equal, the forward's output differs: the RNG state was not restored (other dropout masks)",
                          "save the torch, numpy and python RNG states, restore them, and do not seed again after that"),
     "drawn_between_save_and_resume": ("权重和 batch 都相同,前向的输出不同;不中断的运行在保存检查点之后、下一步之前又从全局随机数生成器取过数"
-                                      "(证据里的那个 DataLoader,通常是评估): 检查点里的 RNG 状态已经不是下一步用的那个",
+                                      "(证据里的那个 DataLoader,通常是评估: 普通的 DataLoader 每次 iter() 都从全局生成器取一个种子,"
+                                      "shuffle=False 也一样): 检查点里的 RNG 状态已经不是下一步用的那个",
                                       "评估的 DataLoader 用自己的 generator(它不再从全局生成器取种子),或者评估完再保存检查点",
                                       "weights and batch equal, the output differs; between the save and the next step the uninterrupted run drew "
                                       "from the global generator (the loader named in the evidence, usually an evaluation)",

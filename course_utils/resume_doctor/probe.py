@@ -50,6 +50,9 @@ def fingerprint(*tensors: Any) -> str:
 
     h = hashlib.blake2b(digest_size=8)
     for t in tensors:
+        if t.is_meta:  # no data: its dtype and shape only
+            h.update(f"meta{t.dtype}{tuple(t.shape)}".encode())
+            continue
         t = t.detach().cpu().contiguous().reshape(-1)
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
@@ -181,7 +184,9 @@ def _forward_pre(module, args) -> None:
     import torch
 
     _rec.depth += 1
-    if _rec.depth == 1 and torch.is_grad_enabled() and module.training and any(True for _ in module.parameters()):
+    first = next(module.parameters(), None)
+    # a training forward of a model with weights (not a loss module, not a meta copy measuring FLOPs)
+    if _rec.depth == 1 and torch.is_grad_enabled() and module.training and first is not None and not first.is_meta:
         if _rec.before is None:
             _rec.before = _before(module)
         _rec.micro.append(fingerprint(*_tensors(args)))
