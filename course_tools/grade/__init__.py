@@ -5,3 +5,5 @@ notebook runtime (checks, lab, quiz, ledger, dashboard, release) stays in ``cour
 never imports the grader. ``python -m course_tools.grade ARGS`` prints one line naming the new
 command and hands over to it with the same arguments (:mod:`course_tools.grade.__main__`).
 """
+
+__all__: list[str] = []
