@@ -111,12 +111,14 @@ class Verdict:
         return self.returncode == 0
 
 
-def run_doctor(script: Path, folder: Path, steps: int = STEPS, seed: int = 1234, timeout: float = 600) -> Verdict:
-    """``python -m course_utils.resume_doctor --steps STEPS --workdir FOLDER -- python SCRIPT ... '[--resume]'``."""
+def run_doctor(script: Path, folder: Path, steps: int = STEPS, seed: int = 1234, chains: str | None = None,
+               timeout: float = 600) -> Verdict:
+    """``python -m course_utils.resume_doctor --steps STEPS --workdir FOLDER -- python SCRIPT ... '[--resume]'``;
+    ``chains`` (``"mid"``, ...): only those kill-and-resume chains (``--chains``), else all three."""
     folder.mkdir(parents=True, exist_ok=True)
     report = folder / "report.json"
     command = [sys.executable, "-m", "course_utils.resume_doctor", "--steps", str(steps), "--workdir", str(folder),
-               "--report", str(report),
+               *(["--chains", chains] if chains else []), "--report", str(report),
                "--", sys.executable, str(script), "--out", "{out}", "--steps", str(steps), "--seed", str(seed),
                "[--resume]"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=folder)
