@@ -241,7 +241,7 @@ def tune_saves(manager: Any, mtbf_s: float, report: Any = print) -> IntervalTune
         manager.every_seconds = tuner.observe(time.perf_counter() - start)
         if len(tuner.saves) == 1:
             report(f"--ckpt-every-seconds auto: 一次保存停顿 {tuner.save_s * 1000:.0f} ms,M = {mtbf_s:g} 秒 → "
-                   f"每 {manager.every_seconds:.0f} 秒存一次(Young 间隔,之后每次保存都重新估计)")
+                   f"每 {manager.every_seconds:.3g} 秒存一次(Young 间隔,之后每次保存都重新估计)")
         return path
 
     manager.save = timed_save
@@ -255,7 +255,10 @@ def seconds_or_auto(text: str) -> float | str:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"应为秒数(>= 0)或 auto,实际是 {text!r}") from None
+        value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"应为秒数(>= 0)或 auto,实际是 {text!r}")
+        raise argparse.ArgumentTypeError(f"{text!r}: {seconds_or_auto.validates}")
     return value
+
+
+seconds_or_auto.validates = "应为秒数(>= 0)或 auto"  # a validator, as course_utils.cli's (its unchecked_options)

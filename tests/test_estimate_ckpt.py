@@ -134,3 +134,27 @@ def test_seconds_or_auto_refuses_in_chinese(text):
     from course_utils.estimate_ckpt import seconds_or_auto
     with pytest.raises(argparse.ArgumentTypeError, match="应为秒数"):
         seconds_or_auto(text)
+
+
+# --- the professional script's --ckpt-every-seconds auto --mtbf SECONDS ---------------------------------------
+
+@pytest.mark.parametrize("flags", [["--mtbf", "20"], ["--ckpt-every-seconds", "auto"],
+                                   ["--ckpt-every-seconds", "auto", "--mtbf", "0"]])
+def test_script_refuses_auto_without_mtbf_and_mtbf_without_auto(flags, tmp_path):
+    from tests.support.pro_runs import SCRIPT
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "run"), *flags], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "run").exists(), done.stderr
+
+
+@pytest.mark.slow
+def test_script_saves_at_youngs_interval_from_its_measured_saves(tmp_path):
+    from tests.support.pro_runs import TINY, run, train_losses
+    out = tmp_path / "auto"
+    # M = 0.5 s: Young's interval of a ~10-100 ms save is well under a second, so time-based saves happen mid-epoch
+    code, output = run(out, *TINY, "--epochs", "2", "--ckpt-every-steps", "0", "--ckpt-every-seconds", "auto",
+                       "--mtbf", "0.5", "--keep-last", "100", interpreter="forked")
+    assert code == 0, output
+    assert output.count("--ckpt-every-seconds auto:") == 1, output
+    steps = sorted(int(p.name[5:13]) for p in (out / "checkpoints").glob("step_*.pt"))
+    assert [s for s in steps if s % 15] and len(train_losses(out)) == 30, steps  # saves inside the epochs

@@ -36,7 +36,7 @@ BAD_VALUES = {
     "--clip": ["-1", "nan", "inf"],
     "--ema-decay": ["1", "1.5", "-0.1", "nan"],
     "--ckpt-every-steps": ["-1"],
-    "--ckpt-every-seconds": ["-1", "inf"],
+    "--ckpt-every-seconds": ["-1", "inf", "hourly"], "--mtbf": ["0", "-1", "nan"],
     "--keep-last": ["0"],
     "--data-fraction": ["0", "1.5", "-0.1", "nan"],
     "--workers": ["-1"],
@@ -63,6 +63,8 @@ BAD_COMBINATIONS = [
     (["--batch", "64"], "--batch"),  # no prefix matching: --batch is not --batch-size
     (["--lr"], "--lr"),
     (["stray"], "stray"),
+    (["--ckpt-every-seconds", "auto"], "--mtbf"),  # Young's interval needs M
+    (["--mtbf", "20"], "--mtbf"),  # M without auto is ignored: refused
 ]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 

@@ -57,6 +57,7 @@ from types import SimpleNamespace
 from course_utils.cli import (Parser, Started, device_spec, entries, float_in, int_at_least, int_in, int_list,
                               refuse, run_folder, start_run)
 from course_utils.distributed import World, leave
+from course_utils.estimate_ckpt import seconds_or_auto, tune_saves
 from course_utils.heartbeat import PHASES
 from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
 from course_utils.signals import StopSignal
@@ -69,7 +70,7 @@ PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "injec
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
 FREE = {"out", "resume", "overwrite", "allow_change", "log_every", "no_progress", "logger", "ckpt_every_steps",
         "ckpt_every_seconds", "keep_last", "workers", "max_bad_steps", "bad_step_window", "device",
-        "deterministic", "async_ckpt", "peak_flops", "hang_timeout", "accum_steps", *PROBE_FLAGS}
+        "deterministic", "async_ckpt", "peak_flops", "hang_timeout", "accum_steps", "mtbf", *PROBE_FLAGS}
 CHANGEABLE = ("lr", "epochs", "max_steps")
 ROLLBACK_FLAGS = ("skip_batches", "rollback_lr_factor", "max_rollbacks")  # only with --on-spike rollback
 
@@ -96,7 +97,9 @@ def build_parser() -> Parser:
     p.add_argument("--clip", type=float_in(0), default=1.0, help="max global grad norm (0: measure only)")
     p.add_argument("--ema-decay", type=float_in(0, 1, high_open=True), default=0.999, help="0 disables EMA")
     p.add_argument("--ckpt-every-steps", type=int_at_least(0), default=200, help="0: not by steps")
-    p.add_argument("--ckpt-every-seconds", type=float_in(0), default=3600.0, help="0: not by time")
+    p.add_argument("--ckpt-every-seconds", type=seconds_or_auto, default=3600.0,
+                   help="0: not by time; auto: Young's interval sqrt(2 x save time x --mtbf), from the saves measured (08 §7)")
+    p.add_argument("--mtbf", type=float_in(0, None, low_open=True), help="mean seconds between preemptions (for auto)")
     p.add_argument("--keep-last", type=int_at_least(1), default=2, help="step_*.pt files kept besides best/last_good")
     p.add_argument("--async-ckpt", action="store_true", help="write checkpoints in a background thread: training waits "
                    "only for a copy of the state in host memory (costs one state's size of host memory)")
@@ -155,6 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.allow_change and not args.resume:
         p.error("--allow-change 只在 --resume 时有意义")
+    if (args.ckpt_every_seconds == "auto") != (args.mtbf is not None):
+        p.error("--ckpt-every-seconds auto 和 --mtbf 秒数 要一起给(Young 间隔需要平均多久被抢占一次)")
     if args.hang_timeout is not None and 0 < args.hang_timeout < 5:
         p.error(f"--hang-timeout {args.hang_timeout:g} 太短:至少 5 秒(心跳约每秒写一次),或 0 关闭")
     if args.max_bad_steps > args.bad_step_window:
@@ -346,7 +351,9 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, w
     if main:
         manager = (AsyncCheckpointManager if args.async_ckpt else CheckpointManager)(
             run.files.checkpoints, keep_last=args.keep_last, every_steps=args.ckpt_every_steps,
-            every_seconds=args.ckpt_every_seconds, keep_last_good=True)
+            every_seconds=0 if args.mtbf else args.ckpt_every_seconds, keep_last_good=True)
+        if args.mtbf:  # --ckpt-every-seconds auto: Young's interval from the saves measured (course_utils.estimate_ckpt)
+            tune_saves(manager, args.mtbf)
         leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
         if leftovers:
             print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
