@@ -249,6 +249,9 @@ def measure_inputs(args: argparse.Namespace, tmp: Path, env: dict, log) -> tuple
     plain = uninterrupted(tmp, env, args.jobs, log)
     r0 = statistics.median(x["first_step_s"] for x in restart["rows"]["fresh start"])
     work = statistics.median(plain["wall_s"]["no saves"]) - r0 - plain["C_sync"]
+    if work <= 0 or plain["C_sync"] <= 0:  # R0 comes from other runs than W: a load that changed between them shows
+        raise SystemExit(f"the inputs contradict each other (W {work:.2f} s, C {plain['C_sync']:.4f} s, R0 {r0:.2f} s): "
+                         f"the machine's load changed during the measurements ({os.getloadavg()}); run it again")
     mtbf = args.mtbf or max(20.0, round(6 * parts["R"]))
     tau_s = young_interval(plain["C_sync"], mtbf)
     inputs = {"M": mtbf, "R0": r0, "R": parts["R"], "W": work, "C_sync": plain["C_sync"],
