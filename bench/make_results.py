@@ -203,11 +203,23 @@ def resume_doctor(d: dict) -> list[str]:
             "the 3-minute target)."]
 
 
+def preemption(d: dict) -> list[str]:
+    v, i, loads = d["verdict"], d["inputs"], d["load_avg_1m"]
+    met = lambda ok: "met" if ok else "MISSED"  # noqa: E731
+    return [f"Prediction within ±15% of the measured median at every interval: {met(v['prediction within 15%'])} "
+            f"(worst {100 * v['worst prediction error']:.1f}%). Young's τ* = {i['tau_steps']:.1f} steps inside the "
+            f"near-best range {v['near-best range (steps)']}: {met(v['tau* inside the near-best range'])}. Exact "
+            f"resume (ledger: each sample once per epoch, same samples and losses as uninterrupted) in "
+            f"{v['runs checked']} runs across {v['kills']} kills: {met(v['exact resume after every kill'])} (at least "
+            f"20 kills: {met(v['at least 20 kills'])}). Load average (1 min) {min(loads):.2f}-{max(loads):.2f} "
+            f"during the bench, with {i['hogs']} CPU hog(s) of its own."]
+
+
 VERDICTS: dict[str, Callable[[dict], list[str]]] = {
     "overhead": overhead, "checkpoint_cost": checkpoint_cost, "amp_cpu": amp, "suite_time": suite_time,
     "grading": grading, "ddp": ddp, "peers": peers, "threads": threads, "rollback": rollback,
     "grading_class": grading_class, "accumulation": accumulation, "forkserver_choice": forkserver_choice,
-    "resume_doctor": resume_doctor,
+    "resume_doctor": resume_doctor, "preemption": preemption,
 }
 
 

@@ -1,29 +1,34 @@
 """Proof by preemption: the checkpoint interval of ``course_utils.estimate_ckpt``, against real kills.
 
-A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 8, COURSE_FAST data, batch 8, one epoch
+A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 8, COURSE_FAST data, batch 8, two epochs
 of 400 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially distributed times
-(mean ``--mtbf``: by default 6 R, at least 20 s; seeded), then starts it again with ``--resume`` at once, until a run exits 0. The kill times are
-the simulator's own clock (seconds since the job's first start, drawn before it starts): the same times for
-every interval of a seed, never a race with a log. A job is one (seed, interval) pair; ``--jobs`` (2: the machine's
-cores) run side by side, and every input below is measured in as many streams side by side, under the same load.
+(mean ``--mtbf``: by default 4 R0, at least 20 s; seeded), then starts it again with ``--resume`` at once, until a
+run exits 0. The kill times are the simulator's own clock (seconds since the job's first start, drawn before it
+starts): the same times for every interval of a seed, never a race with a log. ``--jobs`` (2: the machine's cores)
+jobs run side by side.
 
-1. Inputs, measured here first: the restart tax R (a resumed run's seconds to its first step, and its parts) and
-   the first start R0 (a fresh one's), with ``bench/resume_cost.py``'s ``measure``; uninterrupted runs without
-   saves (their median wall time gives the work W = wall − R0 − one save) and with a save every 2 steps,
-   synchronous and ``--async-ckpt``: the save stall C of each is the extra time over the extra saves.
-2. Young's interval τ* = √(2·C·M) (C of the synchronous saves) in steps (``W / 400`` seconds each), and five
-   ``--ckpt-every-steps`` intervals around it (divisors of 400, so that every segment is whole).
-3. Every (seed, interval) job; its completion time; then the run's sample ledger (``--sample-ledger``: every step's
-   sample indices, each process appending) and its metrics against the uninterrupted run: every step trained again
-   after a kill saw the same samples, the surviving trajectory holds each sample of the epoch exactly once and is
-   the uninterrupted run's, and every logged loss (train steps, final evaluation) equals it exactly.
+1. A short pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``: reported, and 08 §7 prints them), then
+   one uninterrupted run per mode and stream (no saves, a save every 10 steps synchronous and ``--async-ckpt``)
+   gives a first save stall C, so that Young's τ* = √(2·C·M) can place five
+   ``--ckpt-every-steps`` intervals around it (divisors of 400, so that every segment is whole), and M.
+2. The model's inputs are then measured in the same conditions as the preempted jobs, interleaved with them: each
+   seed's plan holds two uninterrupted runs (no saves; synchronous saves every 10 steps) beside its preempted jobs,
+   in the same queue. Every process's time to its first step is taken where it runs (the simulator watches the
+   run's sample ledger grow; it never schedules anything from it): R0 is the first processes' median (uninterrupted
+   runs and jobs), R the restarted processes' median less one step, W the uninterrupted runs' wall time less their
+   own first start and epoch-end saves (so W never goes negative through a load that changed between two measurements),
+   C the median over seeds of (saves − no saves) / extra saves.
+3. Every job's completion time; then the run's sample ledger (``--sample-ledger``: every step's sample indices, each
+   process appending) and its metrics against an uninterrupted run: every step trained again after a kill saw the
+   same samples, the surviving trajectory holds each sample once per epoch and is the uninterrupted run's, and every
+   logged loss (train steps, evaluations) equals it exactly.
 
 The prediction of an interval τ: ``expected_segment_time(R0, 0, M)`` (the first start, which a kill sends back to
 zero) + ``expected_wall_time(W, τ, C, R, M)``. Criteria: (a) within ±15% of the measured median at every interval;
 (b) τ* lies within the range of intervals whose median is at most the third quartile of the best interval (the
-curve is flat near its minimum); (c) the ledger and loss checks above hold after every kill. Exit status 1 when
-one fails. The plot (``bench/results/preemption.png``, 08 §7 shows it): the predicted curve, the medians with
-their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench (``preemption_hogs.json``).
+curve is flat near its minimum); (c) the ledger and loss checks above hold after every kill, with at least 20
+kills. Exit status 1 when one fails. The plot (``bench/results/preemption.png``): the predicted curve, the medians
+with their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench (``preemption_hogs.json``).
 
     python bench/preemption.py                  # 5 intervals x 5 seeds, ~10 minutes on 2 quiet cores
     python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs
@@ -37,7 +42,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -55,13 +59,17 @@ from course_utils.estimate_ckpt import (daly_interval, expected_segment_time, ex
 from course_utils.monitor import read_metrics  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
-STEPS, BATCH, FRACTION = 400, 8, 0.64  # 3,200 of the 5,000 COURSE_FAST images // batch 8: one epoch of 400 steps
+EPOCH_STEPS, EPOCHS, BATCH, FRACTION = 400, 2, 8, 0.64  # 3,200 of the 5,000 COURSE_FAST images // batch 8
+STEPS = EPOCH_STEPS * EPOCHS
 ARGS = ["--model", "tiny", "--width", "8", "--batch-size", str(BATCH), "--data-fraction", str(FRACTION), "--epochs",
-        "1", "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds", "0", "--no-progress",
-        "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
-DIVISORS = [k for k in range(1, STEPS + 1) if STEPS % k == 0]
-SAVE_EVERY = 2  # the uninterrupted runs that measure C save every 2 steps: 200 saves
-TOLERANCE = 0.15
+        str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds", "0",
+        "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
+DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
+SAVE_EVERY = 10  # the uninterrupted runs that measure C save every 10 steps
+EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
+MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
+         "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
+TOLERANCE, MIN_KILLS, POLL_S = 0.15, 20, 0.02
 
 
 def kill_times(seed: int, mtbf_s: float, horizon_s: float) -> list[float]:
@@ -73,34 +81,46 @@ def kill_times(seed: int, mtbf_s: float, horizon_s: float) -> list[float]:
     return times
 
 
+def run_process(command: list[str], out: Path, env: dict, log, job_start: float, kills: list[float]) -> dict:
+    """One process of a job: killed at the first of ``kills`` (the job's clock) that falls while it runs.
+
+    Its seconds to its first step are read from the sample ledger's growth (a measurement only: no kill waits on it).
+    """
+    ledger = out / "sample_ledger.jsonl"
+    size = ledger.stat().st_size if ledger.exists() else 0
+    started = time.monotonic()
+    pending = [k for k in kills if k > started - job_start]
+    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    first = None
+    while proc.poll() is None:
+        now = time.monotonic()
+        if first is None and ledger.exists() and ledger.stat().st_size > size:
+            first = now - started
+        if pending and now - job_start >= pending[0]:
+            proc.kill()  # a preemption: SIGKILL, no warning, nothing saved
+            proc.wait()
+            return {"first_step_s": first, "killed": True, "code": None}
+        time.sleep(POLL_S)
+    return {"first_step_s": first, "killed": False, "code": proc.returncode}
+
+
 def run_job(out: Path, extra: list[str], kills: list[float], env: dict, timeout_s: float) -> dict:
     """Run the script in ``out`` until it exits 0, SIGKILLing it at ``kills`` and restarting it with --resume.
 
-    Returns the wall time from the first start to the successful exit and the kills that landed.
+    Returns the wall time from the first start to the successful exit, the kills and every process's first step.
     """
     command = [sys.executable, str(SCRIPT), "--out", str(out), *ARGS, *extra, "--resume"]
-    log = open(out.parent / f"{out.name}.log", "a", encoding="utf-8")
-    start, landed = time.monotonic(), 0
-    try:
-        while True:
-            proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-            now = time.monotonic() - start
-            if now > timeout_s:
-                proc.kill()
-                raise RuntimeError(f"{out.name}: not finished after {timeout_s:.0f} s ({landed} kills)")
-            pending = [k for k in kills if k > now]
-            try:
-                code = proc.wait(timeout=pending[0] - now if pending else None)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)  # a preemption: no warning, nothing saved
-                proc.wait()
-                landed += 1
+    starts: list[dict] = []
+    with open(out.parent / f"{out.name}.log", "a", encoding="utf-8") as log:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            starts.append(run_process(command, out, env, log, start, kills))
+            if starts[-1]["killed"]:
                 continue
-            if code != 0:
-                raise RuntimeError(f"{out.name}: exit code {code}, see {log.name}")
-            return {"wall_s": time.monotonic() - start, "kills": landed}
-    finally:
-        log.close()
+            if starts[-1]["code"] != 0:
+                raise RuntimeError(f"{out.name}: exit code {starts[-1]['code']}, see {log.name}")
+            return {"wall_s": time.monotonic() - start, "kills": len(starts) - 1, "starts": starts}
+    raise RuntimeError(f"{out.name}: not finished after {timeout_s:.0f} s ({len(starts) - 1} kills)")
 
 
 def trajectory(out: Path) -> dict:
@@ -117,47 +137,104 @@ def trajectory(out: Path) -> dict:
     return {"steps": steps, "replays_differ": differ, "losses": losses, "eval": evals}
 
 
-def verify(out: Path, reference: dict) -> dict[str, bool]:
-    """The ledger and loss checks of one job against the uninterrupted run."""
-    got = trajectory(out)
-    seen = [i for step in sorted(got["steps"]) for i in got["steps"][step]]
-    return {"replayed steps saw the same samples": got["replays_differ"] == 0,
-            "each sample once": sorted(got["steps"]) == list(range(1, STEPS + 1)) and len(seen) == len(set(seen))
-            == STEPS * BATCH,
-            "same samples as uninterrupted": got["steps"] == reference["steps"],
-            "same losses as uninterrupted": got["losses"] == reference["losses"] and got["eval"] == reference["eval"]}
-
-
-def uninterrupted(tmp: Path, env: dict, streams: int, log) -> dict:
-    """Runs without kills, ``streams`` side by side (as the jobs run): each stream runs the three modes in its own
-    order: no saves (the reference), a save every SAVE_EVERY steps, synchronous and asynchronous."""
-    modes = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
-             "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
-    wall: dict[str, list[float]] = {mode: [] for mode in modes}
+def prephase(tmp: Path, env: dict, streams: int, log) -> dict:
+    """``streams`` side by side: R's parts (``bench/resume_cost.py``'s ``measure``, reported), then uninterrupted runs,
+    each stream the three MODES in its own order: a first C (to place the intervals), the asynchronous C (reported)
+    and a first R0 (to set M)."""
+    runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
 
     def stream(r: int) -> None:
-        for mode in list(modes)[r % 3:] + list(modes)[:r % 3]:
-            out = tmp / f"plain_{mode.replace(' ', '_')}_{r}"
-            wall[mode].append(run_job(out, modes[mode], [], env, 1800)["wall_s"])
-        log(f"  uninterrupted stream {r + 1}/{streams} done")
+        for mode in list(MODES)[r % 3:] + list(MODES)[:r % 3]:
+            runs[mode].append(run_job(tmp / f"pre_{mode.replace(' ', '_')}_{r}", MODES[mode], [], env, 900))
+    config = argparse.Namespace(ckpt_step=10, model="tiny", width=8, data_fraction=FRACTION, batch_size=BATCH,
+                                homework=False, threads=1, device="cpu", repeats=1)
     with ThreadPoolExecutor(streams) as pool:
+        tax = list(pool.map(lambda _: measure(config, env, log), range(streams)))
         list(pool.map(stream, range(streams)))
-    extra = STEPS // SAVE_EVERY - 1  # the final save happens in every mode
-    med = {mode: statistics.median(w) for mode, w in wall.items()}
-    log("  uninterrupted, medians: " + ", ".join(f"{m} {v:.2f}s" for m, v in med.items()))
-    return {"wall_s": wall, "C_sync": (med["sync saves"] - med["no saves"]) / extra,
-            "C_async": (med["async saves"] - med["no saves"]) / extra,
-            "reference": trajectory(tmp / "plain_no_saves_0")}
+    restart = {"rows": {k: [x for m in tax for x in m["rows"][k]] for k in tax[0]["rows"]},
+               "parts": [p for m in tax for p in m["parts"]], "step_s": [x for m in tax for x in m["step_s"]]}
+    med = {mode: statistics.median(x["wall_s"] for x in v) for mode, v in runs.items()}
+    r0 = statistics.median(x["starts"][0]["first_step_s"] or x["wall_s"] for v in runs.values() for x in v)
+    log("  pre-phase medians: " + ", ".join(f"{m} {v:.2f}s" for m, v in med.items()) + f", first step {r0:.2f}s")
+    return {"wall_s": {mode: [x["wall_s"] for x in v] for mode, v in runs.items()}, "R0": r0,
+            "restart_tax": restart_tax(restart), "restart_runs": restart,
+            "C_sync": (med["sync saves"] - med["no saves"]) / EXTRA_SAVES,
+            "C_async": (med["async saves"] - med["no saves"]) / EXTRA_SAVES}
 
 
 def choose_intervals(tau_steps: float, count: int) -> list[int]:
-    """``count`` divisors of STEPS spread around ``tau_steps`` on a log scale (from about /8 to x8)."""
+    """``count`` divisors of an epoch's steps spread around ``tau_steps`` on a log scale (from about /8 to x8)."""
     targets = [tau_steps * 8 ** (2 * i / (count - 1) - 1) for i in range(count)] if count > 1 else [tau_steps]
     chosen: list[int] = []
     for target in targets:
         ranked = sorted(DIVISORS, key=lambda k: abs(math.log(k / target)))
         chosen.append(next(k for k in ranked if k not in chosen))
     return sorted(chosen)
+
+
+def model_inputs(plain: dict[str, dict[int, dict]], jobs: list[dict], mtbf: float) -> dict:
+    """W, R0, R, C and the step time, all from the interleaved runs (module docstring, 2.); stops with a message when
+    they contradict each other (a non-positive save stall, work or restart tax)."""
+    seeds = sorted(plain["no saves"])
+    c = statistics.median((plain["sync saves"][s]["wall_s"] - plain["no saves"][s]["wall_s"]) / EXTRA_SAVES
+                          for s in seeds)
+    firsts = [x["starts"][0]["first_step_s"] for x in [*plain["no saves"].values(), *plain["sync saves"].values(), *jobs]]
+    r0 = statistics.median(f for f in firsts if f is not None)
+    work = statistics.median(x["wall_s"] - x["starts"][0]["first_step_s"] - EPOCHS * c  # its epoch-end saves
+                             for x in plain["no saves"].values())
+    restarts = [s["first_step_s"] for x in jobs for s in x["starts"][1:] if s["first_step_s"] is not None]
+    r = statistics.median(restarts) - work / STEPS if restarts else float("nan")
+    if not (c > 0 and work > 0 and r > 0):
+        raise SystemExit(f"the inputs contradict each other, measured in the same runs: C {c:.4f} s (saves minus no "
+                         f"saves, per extra save), W {work:.2f} s, R {r:.2f} s ({len(restarts)} restarts reached a "
+                         f"step); load average {os.getloadavg()}: too noisy a machine for {len(seeds)} seeds")
+    tau_s = young_interval(c, mtbf)
+    return {"M": mtbf, "R0": r0, "R": r, "W": work, "step_s": work / STEPS, "C_sync": c, "tau_s": tau_s,
+            "tau_steps": tau_s / work * STEPS, "restarts_timed": len(restarts),
+            "R_spread": spread(restarts) if restarts else None, "R0_spread": spread([f for f in firsts if f is not None])}
+
+
+def run_all(args: argparse.Namespace, intervals: list[int], mtbf: float, tmp: Path, env: dict, loads: list[float],
+            log) -> tuple[dict, list[dict], dict[int, list[dict]], list[dict]]:
+    """Each seed's two uninterrupted runs and its preempted jobs (one per interval), in a rotated order per seed,
+    ``args.jobs`` at a time; every run's ledger and losses checked against the first uninterrupted run."""
+    plain: dict[str, dict[int, dict]] = {"no saves": {}, "sync saves": {}}
+    results: dict[int, list[dict]] = {k: [] for k in intervals}
+    paths: dict[tuple, dict] = {}
+    plan = []
+    for s, seed in enumerate(range(1, args.seeds + 1)):
+        items = [(mode, 0) for mode in plain] + [("job", k) for k in intervals]
+        plan += [(seed, *item) for item in items[2 * s % len(items):] + items[:2 * s % len(items)]]
+
+    def one(job: tuple[int, str, int]) -> None:
+        seed, what, k = job
+        out = tmp / f"{what.replace(' ', '_')}_{seed}_{k}"
+        if what == "job":
+            result = run_job(out, ["--ckpt-every-steps", str(k)], kill_times(seed, mtbf, 3600), env, 1200)
+            results[k].append(result)
+        else:
+            result = plain[what][seed] = run_job(out, MODES[what], [], env, 1200)
+        paths[job] = trajectory(out)
+        shutil.rmtree(out)
+        loads.append(os.getloadavg()[0])
+        log(f"  seed {seed}, {what if what != 'job' else f'every {k} steps'}: {result['wall_s']:.1f} s, "
+            f"{result['kills']} kills, load {loads[-1]:.2f}")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, plan))
+    reference = paths[(1, "no saves", 0)]
+    checks = [check_against(paths[job], reference) for job in plan]
+    return plain, [x for k in intervals for x in results[k]], results, checks
+
+
+def check_against(got: dict, reference: dict) -> dict[str, bool]:
+    """``verify``'s checks on a trajectory already read."""
+    epochs = [[i for step in range(e * EPOCH_STEPS + 1, (e + 1) * EPOCH_STEPS + 1) for i in got["steps"].get(step, [])]
+              for e in range(EPOCHS)]
+    return {"replayed steps saw the same samples": got["replays_differ"] == 0,
+            "each sample once per epoch": sorted(got["steps"]) == list(range(1, STEPS + 1)) and all(
+                len(seen) == len(set(seen)) == EPOCH_STEPS * BATCH for seen in epochs),
+            "same samples as uninterrupted": got["steps"] == reference["steps"],
+            "same losses as uninterrupted": got["losses"] == reference["losses"] and got["eval"] == reference["eval"]}
 
 
 def predict(inputs: dict, tau_s: float) -> float:
@@ -173,28 +250,35 @@ def verdicts(inputs: dict, rows: list[dict], checks: list[dict]) -> dict:
     near = [row["steps"] for row in rows if row["measured"]["median"] <= best["measured"]["q3"]]
     worst = max(abs(row["predicted_s"] / row["measured"]["median"] - 1) for row in rows)
     failed = sorted({name for check in checks for name, ok in check.items() if not ok})
+    kills = sum(row["kills"] for row in rows)
     return {"prediction within 15%": worst <= TOLERANCE, "worst prediction error": worst,
             "tau* inside the near-best range": min(near) <= inputs["tau_steps"] <= max(near),
             "near-best range (steps)": [min(near), max(near)], "exact resume after every kill": not failed,
-            "failed checks": failed, "kills": sum(row["kills"] for row in rows)}
+            "failed checks": failed, "kills": kills, f"at least {MIN_KILLS} kills": kills >= MIN_KILLS,
+            "runs checked": len(checks)}
 
 
-def report(inputs: dict, rows: list[dict], verdict: dict, parts: dict, loads: list[float]) -> str:
-    step_ms = 1e3 * inputs["W"] / STEPS
-    lines = [f"train_cifar_pro.py, tiny model (width 8), COURSE_FAST=1, batch {BATCH}, one epoch of {STEPS} steps, 1 torch "
-             f"thread, fresh interpreters, {inputs['jobs']} jobs side by side; preemptions: SIGKILL at exponential times, mean M = {inputs['M']:g} s; "
-             f"{inputs['seeds']} seeds x {len(rows)} intervals, the same kill times for every interval of a seed; "
-             f"{inputs['hogs']} CPU hog(s) beside it; load average (1 min) {min(loads):.2f}-{max(loads):.2f} during the bench",
-             "", "measured inputs"]
-    table = [["work W (uninterrupted, no saves, less R0 and one save)", f"{inputs['W']:.2f} s ({step_ms:.1f} ms/step)"],
-             ["first start R0 (fresh run's time to its first step)", f"{inputs['R0']:.2f} s"],
-             ["restart tax R (resumed run's time to its first step, less one step)", f"{inputs['R']:.2f} s"],
-             *[[f"  of which {k}", f"{v:.2f} s"] for k, v in parts.items() if k != "R"],
-             [f"save stall C, synchronous (a save every {SAVE_EVERY} steps vs none)", f"{1e3 * inputs['C_sync']:.1f} ms"],
-             ["save stall C, --async-ckpt", f"{1e3 * inputs['C_async']:.1f} ms"],
-             ["Young tau* = sqrt(2 C M) (synchronous C)", f"{inputs['tau_s']:.2f} s = {inputs['tau_steps']:.1f} steps"],
-             ["Daly's refinement", f"{daly_interval(inputs['C_sync'], inputs['M']):.2f} s"],
-             ["Young tau* with the asynchronous C", f"{young_interval(max(inputs['C_async'], 0), inputs['M']):.2f} s"]]
+def report(inputs: dict, pre: dict, rows: list[dict], verdict: dict, loads: list[float]) -> str:
+    lines = [f"train_cifar_pro.py, tiny model (width 8), COURSE_FAST=1, batch {BATCH}, {EPOCHS} epochs of {EPOCH_STEPS} "
+             f"steps, 1 torch thread, fresh interpreters, {inputs['jobs']} runs side by side; preemptions: SIGKILL at "
+             f"exponential times, mean M = {inputs['M']:g} s; {inputs['seeds']} seeds x {len(rows)} intervals, the same "
+             f"kill times for every interval of a seed, two uninterrupted runs per seed interleaved with the jobs; "
+             f"{inputs['hogs']} CPU hog(s) beside it; load average (1 min) {min(loads):.2f}-{max(loads):.2f} during "
+             "the bench", "", "measured inputs (interleaved with the jobs)"]
+    r, r0 = inputs["R_spread"], inputs["R0_spread"]
+    table = [["work W (uninterrupted, no saves, less its own first start and its 2 epoch-end saves)",
+              f"{inputs['W']:.2f} s ({1e3 * inputs['step_s']:.1f} ms/step)"],
+             ["first start R0 (a first process's time to its first step)",
+              f"{inputs['R0']:.2f} s (IQR {r0['q1']:.2f}-{r0['q3']:.2f}, n {r0['n']})"],
+             ["restart tax R (a restarted process's time to its first step, less one step)",
+              f"{inputs['R']:.2f} s (IQR {r['q1']:.2f}-{r['q3']:.2f}, n {r['n']})"],
+             *[[f"  R's parts (bench/resume_cost.py, pre-phase): {k}", f"{v:.2f} s"] for k, v in pre["restart_tax"].items()],
+             [f"save stall C, synchronous (a save every {SAVE_EVERY} steps vs none, paired by seed)",
+              f"{1e3 * inputs['C_sync']:.1f} ms"],
+             ["pre-phase: save stall C synchronous / --async-ckpt",
+              f"{1e3 * pre['C_sync']:.1f} ms / {1e3 * pre['C_async']:.1f} ms"],
+             ["Young tau* = sqrt(2 C M)", f"{inputs['tau_s']:.2f} s = {inputs['tau_steps']:.1f} steps"],
+             ["Daly's refinement", f"{daly_interval(inputs['C_sync'], inputs['M']):.2f} s"]]
     lines.append(format_table(table, ["input", "value"]))
     body = [[f"{row['steps']}", f"{row['tau_s']:.2f}", f"{row['predicted_s']:.1f}",
              f"{row['measured']['median']:.1f} ({row['measured']['q1']:.1f}-{row['measured']['q3']:.1f})",
@@ -207,9 +291,11 @@ def report(inputs: dict, rows: list[dict], verdict: dict, parts: dict, loads: li
          ok(verdict["prediction within 15%"])],
         ["tau* inside the intervals whose median <= the best one's 3rd quartile",
          f"{inputs['tau_steps']:.1f} in {verdict['near-best range (steps)']} steps", ok(verdict["tau* inside the near-best range"])],
-        ["after every kill: same samples, each once, same losses as uninterrupted",
-         f"{verdict['kills']} kills, failed: {', '.join(verdict['failed checks']) or 'none'}",
-         ok(verdict["exact resume after every kill"])]], ["criterion", "measured", "verdict"])]
+        ["after every kill: same samples, each once per epoch, same losses as uninterrupted",
+         f"{verdict['runs checked']} runs, failed: {', '.join(verdict['failed checks']) or 'none'}",
+         ok(verdict["exact resume after every kill"])],
+        [f"at least {MIN_KILLS} kills", str(verdict["kills"]), ok(verdict[f"at least {MIN_KILLS} kills"])]],
+        ["criterion", "measured", "verdict"])]
     return "\n".join(lines)
 
 
@@ -217,7 +303,7 @@ def plot(inputs: dict, rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    taus = [inputs["W"] / STEPS * k for k in range(1, STEPS + 1)]
+    taus = [inputs["step_s"] * k for k in range(1, EPOCH_STEPS + 1)]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(taus, [predict(inputs, t) for t in taus], label="predicted E[T] (estimate_ckpt)")
     meds = [row["measured"]["median"] for row in rows]
@@ -229,78 +315,31 @@ def plot(inputs: dict, rows: list[dict], path: Path) -> None:
     ax.set_xlabel("checkpoint interval tau (seconds of work)")
     ax.set_ylabel("wall time to finish (s)")
     ax.set_title(f"preempted every {inputs['M']:g} s on average; W = {inputs['W']:.1f} s of work, R = {inputs['R']:.1f} s"
-                 + (f", {inputs['hogs']} CPU hogs" if inputs["hogs"] else ""))
+                 + (f", {inputs['hogs']} CPU hogs" if inputs["hogs"] else ""), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def measure_inputs(args: argparse.Namespace, tmp: Path, env: dict, log) -> tuple[dict, dict, dict]:
-    """R0, R (and its parts), C (synchronous and asynchronous), W, each measured in ``args.jobs`` streams side by side
-    (the conditions of the jobs); the reference trajectory."""
-    config = argparse.Namespace(ckpt_step=10, model="tiny", width=8, data_fraction=FRACTION, batch_size=BATCH,
-                                homework=False, threads=1, device="cpu", repeats=1)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        streams = list(pool.map(lambda _: measure(config, env, log), range(args.jobs)))
-    restart = {"rows": {k: [x for m in streams for x in m["rows"][k]] for k in streams[0]["rows"]},
-               "parts": [p for m in streams for p in m["parts"]], "step_s": [x for m in streams for x in m["step_s"]]}
-    parts = restart_tax(restart)
-    plain = uninterrupted(tmp, env, args.jobs, log)
-    r0 = statistics.median(x["first_step_s"] for x in restart["rows"]["fresh start"])
-    work = statistics.median(plain["wall_s"]["no saves"]) - r0 - plain["C_sync"]
-    if work <= 0 or plain["C_sync"] <= 0:  # R0 comes from other runs than W: a load that changed between them shows
-        raise SystemExit(f"the inputs contradict each other (W {work:.2f} s, C {plain['C_sync']:.4f} s, R0 {r0:.2f} s): "
-                         f"the machine's load changed during the measurements ({os.getloadavg()}); run it again")
-    mtbf = args.mtbf or max(20.0, round(6 * parts["R"]))
-    tau_s = young_interval(plain["C_sync"], mtbf)
-    inputs = {"M": mtbf, "R0": r0, "R": parts["R"], "W": work, "C_sync": plain["C_sync"],
-              "C_async": plain["C_async"], "tau_s": tau_s, "tau_steps": tau_s / work * STEPS, "seeds": args.seeds,
-              "hogs": args.hogs, "jobs": args.jobs}
-    return inputs, parts, {"restart": restart, "uninterrupted": {k: v for k, v in plain.items() if k != "reference"},
-                           "reference": plain["reference"]}
-
-
-def run_all(args: argparse.Namespace, inputs: dict, reference: dict, tmp: Path, env: dict, loads: list[float],
-            log) -> tuple[list[dict], list[dict]]:
-    """Every (seed, interval) job, ``args.jobs`` at a time, intervals in a rotated order per seed; rows per interval
-    and every job's checks."""
-    intervals = choose_intervals(inputs["tau_steps"], args.intervals)
-    walls: dict[int, list[float]] = {k: [] for k in intervals}
-    kills = dict.fromkeys(intervals, 0)
-    checks = []
-    plan = [(seed, k) for s, seed in enumerate(range(1, args.seeds + 1))
-            for k in intervals[s % len(intervals):] + intervals[:s % len(intervals)]]
-
-    def one(job: tuple[int, int]) -> None:
-        seed, k = job
-        out = tmp / f"job_{seed}_{k}"
-        result = run_job(out, ["--ckpt-every-steps", str(k)], kill_times(seed, inputs["M"], 3600), env, 3600)
-        checks.append(verify(out, reference))
-        walls[k].append(result["wall_s"])
-        kills[k] += result["kills"]
-        loads.append(os.getloadavg()[0])
-        shutil.rmtree(out)
-        log(f"  seed {seed}, every {k} steps: {result['wall_s']:.1f} s, {result['kills']} kills, "
-            f"checks {'ok' if all(checks[-1].values()) else checks[-1]}")
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(one, plan))
-    rows = []
-    for k in intervals:
-        tau_s = inputs["W"] / STEPS * k
-        rows.append({"steps": k, "tau_s": tau_s, "predicted_s": predict(inputs, tau_s), "measured": spread(walls[k]),
-                     "wall_s": walls[k], "kills": kills[k]})
-    return rows, checks
+def place(args: argparse.Namespace, pre: dict) -> tuple[float, list[int]]:
+    """M and the intervals, from the pre-phase: Young's τ* in steps and ``args.intervals`` divisors around it."""
+    work = statistics.median(pre["wall_s"]["no saves"]) - pre["R0"] - EPOCHS * pre["C_sync"]
+    if pre["C_sync"] <= 0 or work <= 0:
+        raise SystemExit(f"pre-phase: saves measured no slower than no saves (C {pre['C_sync']:.4f} s) or no work left "
+                         f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to place the intervals")
+    mtbf = args.mtbf or max(20.0, round(4 * pre["R0"]))
+    return mtbf, choose_intervals(young_interval(pre["C_sync"], mtbf) / work * STEPS, args.intervals)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
-                   help="M: mean seconds between preemptions (0: 6 R, at least 20 s: the restart tax counts, "
-                        "e^{R/M} about 1.18, and a loaded machine does not push the job into the runaway regime)")
+                   help="M: mean seconds between preemptions (0: 4 R0 of the pre-phase, at least 20 s: about one kill "
+                        "per job, and a restart tax well below M)")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--intervals", type=int, default=5)
-    p.add_argument("--jobs", type=int, default=2, help="jobs side by side (one torch thread each; the inputs too)")
+    p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--hogs", type=int, default=0, help="busy loops started beside the bench (killed at its end)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -311,28 +350,31 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         info = machine_info(torch.device("cpu"))
         print(header(info))
-        loads = [os.getloadavg()[0]]
-        with tempfile.TemporaryDirectory(prefix="bench-preempt-", dir=REPO) as tmp:
-            log = functools.partial(print, flush=True)
-            inputs, parts, raw = measure_inputs(args, Path(tmp), env, log)
-            log(f"  W {inputs['W']:.2f} s, R0 {inputs['R0']:.2f} s, R {inputs['R']:.2f} s, C {1e3 * inputs['C_sync']:.1f} ms"
-                  f" (async {1e3 * inputs['C_async']:.1f} ms): tau* {inputs['tau_s']:.2f} s = {inputs['tau_steps']:.1f} steps")
-            rows, checks = run_all(args, inputs, raw.pop("reference"), Path(tmp), env, loads, log)
+        loads, log = [os.getloadavg()[0]], functools.partial(print, flush=True)
+        with tempfile.TemporaryDirectory(prefix="bench-preempt-") as tmp:
+            pre = prephase(Path(tmp), env, args.jobs, log)
+            mtbf, intervals = place(args, pre)
+            log(f"  M {mtbf:g} s, intervals {intervals} steps")
+            plain, jobs, results, checks = run_all(args, intervals, mtbf, Path(tmp), env, loads, log)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+    inputs = {**model_inputs(plain, jobs, mtbf), "seeds": args.seeds, "hogs": args.hogs, "jobs": args.jobs}
+    rows = [{"steps": k, "tau_s": inputs["step_s"] * k, "predicted_s": predict(inputs, inputs["step_s"] * k),
+             "measured": spread([x["wall_s"] for x in results[k]]), "wall_s": [x["wall_s"] for x in results[k]],
+             "kills": sum(x["kills"] for x in results[k])} for k in intervals]
     verdict = verdicts(inputs, rows, checks)
-    text = report(inputs, rows, verdict, parts, loads)
-    print()
-    print(text)
+    text = report(inputs, pre, rows, verdict, loads)
+    print("\n" + text)
     name = "preemption_hogs" if args.hogs else "preemption"
     if args.json is None:
         plot(inputs, rows, Path(__file__).resolve().parent / "results" / f"{name}.png")
-    passed = verdict["prediction within 15%"] and verdict["tau* inside the near-best range"] and \
-        verdict["exact resume after every kill"]
-    path = write_json(name, {"machine": info, "inputs": inputs, "restart_tax": parts, "rows": rows, "verdict": verdict,
-                             "passed": passed, "load_avg_1m": loads, "measurements": raw, "table": text}, args.json)
+    passed = all(verdict[k] for k in ("prediction within 15%", "tau* inside the near-best range",
+                                      "exact resume after every kill", f"at least {MIN_KILLS} kills"))
+    raw = {"prephase": pre, "uninterrupted": plain, "jobs": results}
+    path = write_json(name, {"machine": info, "inputs": inputs, "restart_tax": pre["restart_tax"], "rows": rows, "verdict": verdict, "passed": passed,
+                             "load_avg_1m": loads, "measurements": raw, "table": text}, args.json)
     print(f"\nJSON: {path}")
     return 0 if passed else 1
 
