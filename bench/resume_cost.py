@@ -15,10 +15,10 @@ process's whole wall time. The scripts are not modified. Repeats alternate fresh
 
 The restart tax R of a preemption (``course_utils.estimate_ckpt``) is the resumed run's time to its first step
 less one step. Its parts are timed in a fresh interpreter that does what a resume does, one part after the
-other: the interpreter with ``import torch`` (the ``python -c 'import torch'`` row), the data, the model built
-and the checkpoint loaded and restored, the warm-up (the first ``train_step``'s excess over the median of the
-next five, which is also the step time reported); the rest is the script's own start-up (flags, run folder,
-config, the peak-FLOP/s probe, the monitor). The homework's reference answer (solutions/homework/train_cifar.py)
+other: the interpreter with ``import torch`` (the ``python -c 'import torch'`` row), the data, the model and
+its optimizer built (the first optimizer imports torch._dynamo), the checkpoint loaded and restored, the warm-up
+(the first ``train_step``'s excess over the median of the next five, which is also the step time reported);
+the rest is the script's own start-up (flags, run folder, config, the peak-FLOP/s probe, the monitor). The homework's reference answer (solutions/homework/train_cifar.py)
 is timed the same way; its "first step" is the loss line it prints for the first batch of an epoch.
 
     python bench/resume_cost.py
@@ -92,8 +92,9 @@ def homework_step(_out: Path, output: str) -> bool:
 def parts_child(args: argparse.Namespace) -> int:
     """In this fresh process, time what a resume does, one part after the other; prints one JSON line.
 
-    import torch; the data (train and test sets, as the script builds them); the model, optimizer and EMA built
-    and the newest checkpoint of ``--path`` loaded (checksum) and restored; the first training step (the
+    import torch; the data (train and test sets, as the script builds them); the model and optimizer built (the
+    first optimizer imports torch._dynamo, seconds that a fresh start pays too); the schedule and EMA built and the
+    newest checkpoint of ``--path`` loaded (checksum) and restored; the first training step (the
     script's ``train_step``) against the median of the next five: its excess is the warm-up.
     """
     times, start = {}, time.perf_counter()
@@ -111,7 +112,9 @@ def parts_child(args: argparse.Namespace) -> int:
     times["data"] = time.perf_counter() - start
     start = time.perf_counter()
     model = build_model(args.model, width=args.width)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # the first optimizer imports torch._dynamo
+    times["model + optimizer built"] = time.perf_counter() - start
+    start = time.perf_counter()
     scheduler, ema = make_scheduler(optimizer, 5, 1000), EMA(model, decay=0.999, warmup=True)
     found = CheckpointManager(Path(args.path) / "checkpoints").load_latest()
     restore_training_state(found.state, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema,
@@ -201,10 +204,12 @@ def measure(args: argparse.Namespace, env: dict, log: Callable[[str], None] = pr
 
 def restart_tax(result: dict) -> dict[str, float]:
     """R and its parts (medians): the resumed run's seconds to its first step, split into the interpreter with
-    ``import torch``, the data, the checkpoint load, the warm-up and the rest (the script's own start-up)."""
+    ``import torch``, the data, the model and optimizer built, the checkpoint load, the warm-up and the rest (the
+    script's own start-up)."""
     med = lambda xs: statistics.median(xs)  # noqa: E731
     parts = {"interpreter + import torch": med([x["exit_s"] for x in result["rows"]["python -c 'import torch'"]])}
-    parts |= {name: med([p[name] for p in result["parts"]]) for name in ("data", "checkpoint load", "warm-up")}
+    parts |= {name: med([p[name] for p in result["parts"]])
+              for name in ("data", "model + optimizer built", "checkpoint load", "warm-up")}
     total = med([x["first_step_s"] for x in result["rows"]["resume"]]) - med(result["step_s"])
     return {"R": total, **parts, "rest (the script's own start-up)": total - sum(parts.values())}
 
