@@ -110,13 +110,14 @@ def _cells(folder: str):
     return nbformat.read(ROOT / folder / NAME, as_version=4).cells
 
 
-def test_learner_copy_shows_at_most_360_lines_of_code():
-    """350 until issue 54 ran the real peft in §7 beside the plain-PyTorch LoRA (the library's calls are the lesson)."""
+def test_learner_copy_shows_at_most_385_lines_of_code():
+    """350 until issue 54 ran the real peft in §7 beside the plain-PyTorch LoRA (the library's calls are the lesson);
+    360 until issue 51 ran the resume doctor in §9 (its command line, typed out, is the lesson: 23 lines)."""
     import nbformat
     from tests.support.notebook_cells import ROOT
 
     lines = authored_code_lines(nbformat.read(ROOT / "notebooks" / NAME, as_version=4))
-    assert lines <= 360, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/lab/checkpoint_resume.py"
+    assert lines <= 385, f"{lines} lines of code in notebooks/{NAME}: move machinery into course_tools/lab/checkpoint_resume.py"
 
 
 def test_the_numpy_state_is_described_honestly():

@@ -16,8 +16,8 @@ Pitfall: the doctor tests the script's checkpoints where the kills leave them: s
 steps and at each epoch end), or a kill resumes from far back.
 
 The parts: ``probe`` (in the script's process), ``runs`` (commands, kills, chains), ``compare`` (the
-first difference), ``explain`` (its words), ``cli`` (the command). Reference machinery of the homework
-checks (``course_tools/checks/homework_resume.py``).
+first difference), ``explain`` (its words), ``cli`` (the command). Taught in ``04_checkpoint_resume`` §9;
+the homework checks (``course_tools/checks/homework_resume.py``) share its machinery.
 
 Example::
 

@@ -16,8 +16,8 @@ Pitfall: the script must be reproducible by itself (same seed, same threads: the
 unless the environment says otherwise) and save checkpoints often enough for a kill to have something
 to resume from. Quote the ``[...]`` argument in zsh.
 
-Reference machinery of the resume doctor, which the homework checks share
-(``course_tools/checks/homework_resume.py``).
+Taught in ``04_checkpoint_resume`` §9; the homework checks (``course_tools/checks/homework_resume.py``)
+share its machinery.
 
 Example::
 
