@@ -20,6 +20,7 @@ then imports the helper from here (each module's docstring says where it is taug
 - ``rollback``    the skip set of a rollback: which global batches, on the record, in the checkpoint
 - ``debug``       single-batch overfitting, sample grids, sanity report
 - ``estimate``    throughput measurement and training-time/cost estimates
+- ``estimate_ckpt`` how often to checkpoint: Young/Daly interval, expected wall time and cost under preemption
 - ``schedule``    warm-up + cosine lr schedule, stepped per optimizer step
 - ``stats``       is A better than B over seeds: paired differences, a t-interval
 - ``runfolder``   one run per folder: lock, status, identity, leftovers
