@@ -64,7 +64,7 @@ QUOTES = {
     5: [("从训练集取**一个** batch(不加数据增强),用 Adam 在这一个 batch 上反复训练,每步记录 loss 和 grad norm;"
          "最后 loss 接近 0 就以退出码 0 结束,否则打印标准排查顺序"),
         "它还把这个 batch 的前 8 张图和标签存成 `samples.png`(`course_utils.debug.show_samples`)",
-        "和 `debug_overfit.py` 完全相同,只注入一个标签 bug。",
+        "和 `debug_overfit.py` 做同样的事,只注入一个标签 bug。",
         "而且每一步重新打乱:同样的图每一步配上不同的标签",
         "两个脚本都放在 `notebooks/homework/`(和 `train_cifar.py` 同一个文件夹)",
         "| `--seed N` | 传给 `set_seed`:它决定取到哪一批数据和初始权重 |",
