@@ -2,17 +2,17 @@
 
 A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 8, COURSE_FAST data, batch 8, two epochs
 of 400 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially distributed times
-(mean ``--mtbf``: by default 4 R0, at least 20 s; seeded), then starts it again with ``--resume`` at once, until a
+(mean ``--mtbf``: by default an uninterrupted run's wall time, at least 20 s; seeded), then starts it again with ``--resume`` at once, until a
 run exits 0. The kill times are the simulator's own clock (seconds since the job's first start, drawn before it
 starts): the same times for every interval of a seed, never a race with a log. ``--jobs`` (2: the machine's cores)
 jobs run side by side.
 
 1. A short pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``: reported, and 08 §7 prints them), then
-   one uninterrupted run per mode and stream (no saves, a save every 10 steps synchronous and ``--async-ckpt``)
+   one uninterrupted run per mode and stream (no saves, a save every 2 steps synchronous and ``--async-ckpt``)
    gives a first save stall C, so that Young's τ* = √(2·C·M) can place five
    ``--ckpt-every-steps`` intervals around it (divisors of 400, so that every segment is whole), and M.
 2. The model's inputs are then measured in the same conditions as the preempted jobs, interleaved with them: each
-   seed's plan holds two uninterrupted runs (no saves; synchronous saves every 10 steps) beside its preempted jobs,
+   seed's plan holds two uninterrupted runs (no saves; synchronous saves every 2 steps) beside its preempted jobs,
    in the same queue. Every process's time to its first step is taken where it runs (the simulator watches the
    run's sample ledger grow; it never schedules anything from it): R0 is the first processes' median (uninterrupted
    runs and jobs), R the restarted processes' median less one step, W the uninterrupted runs' wall time less their
@@ -65,7 +65,7 @@ ARGS = ["--model", "tiny", "--width", "8", "--batch-size", str(BATCH), "--data-f
         str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds", "0",
         "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
 DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
-SAVE_EVERY = 10  # the uninterrupted runs that measure C save every 10 steps
+SAVE_EVERY = 2  # the runs that measure C save every 2 steps: 398 extra saves, seconds above the load's noise
 EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
 MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
          "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
@@ -328,15 +328,15 @@ def place(args: argparse.Namespace, pre: dict) -> tuple[float, list[int]]:
     if pre["C_sync"] <= 0 or work <= 0:
         raise SystemExit(f"pre-phase: saves measured no slower than no saves (C {pre['C_sync']:.4f} s) or no work left "
                          f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to place the intervals")
-    mtbf = args.mtbf or max(20.0, round(4 * pre["R0"]))
+    mtbf = args.mtbf or max(20.0, round(statistics.median(pre["wall_s"]["no saves"])))  # about a kill per job
     return mtbf, choose_intervals(young_interval(pre["C_sync"], mtbf) / work * STEPS, args.intervals)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
-                   help="M: mean seconds between preemptions (0: 4 R0 of the pre-phase, at least 20 s: about one kill "
-                        "per job, and a restart tax well below M)")
+                   help="M: mean seconds between preemptions (0: the pre-phase's uninterrupted wall time, at least "
+                        "20 s: about one kill per job, at least 20 kills in 25 jobs, a restart tax below M)")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--intervals", type=int, default=5)
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
@@ -360,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    inputs = {**model_inputs(plain, jobs, mtbf), "seeds": args.seeds, "hogs": args.hogs, "jobs": args.jobs}
+    try:
+        inputs = {**model_inputs(plain, jobs, mtbf), "seeds": args.seeds, "hogs": args.hogs, "jobs": args.jobs}
+    except SystemExit:  # keep what was measured, outside bench/results/
+        write_json("preemption", {"machine": info, "load_avg_1m": loads, "measurements": {
+            "prephase": pre, "uninterrupted": plain, "jobs": results}}, Path(tempfile.gettempdir()) / "preemption_raw.json")
+        raise
     rows = [{"steps": k, "tau_s": inputs["step_s"] * k, "predicted_s": predict(inputs, inputs["step_s"] * k),
              "measured": spread([x["wall_s"] for x in results[k]]), "wall_s": [x["wall_s"] for x in results[k]],
              "kills": sum(x["kills"] for x in results[k])} for k in intervals]
