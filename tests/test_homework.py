@@ -25,7 +25,7 @@ from course_tools.checks import homework_resume, homework_runs
 from course_tools.checks import untrusted_files as homework_files
 from course_tools.checks import nb10_homework as homework
 from tests.support.homework_scripts import BASELINE, FAKES, FORKED, FORKED_TORCH, HEALTHY, TRAIN, TWIN, fake_overfit_pair, fake_train
-from tests.support.notebook_cells import ROOT
+from tests.support.notebook_cells import ROOT, SECTION
 from tests.support.sweep import SWEEP_SEEDS
 
 sys.path.insert(0, str(FAKES))
@@ -453,7 +453,7 @@ def test_the_reading_map_of_the_professional_script_points_at_real_sections():
         for notebook, sections in re.findall(r"(\d\d\w?) ((?:§\d+(?:–\d+)?[、,]?\s*)+)", where):
             path = next((ROOT / "solutions").glob(f"{notebook}_*.ipynb"))
             headings = {int(m) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
-                        for m in re.findall(r"^## (\d+)\.", c.source, flags=re.MULTILINE)}
+                        for m in SECTION.findall(c.source)}
             for a, b in re.findall(r"§(\d+)(?:–(\d+))?", sections):
                 wanted = set(range(int(a), int(b or a) + 1))
                 assert wanted <= headings, f"{row}: {path.name} has no section {sorted(wanted - headings)}"

@@ -26,6 +26,7 @@ import pytest
 import course_tools
 import course_utils
 from course_tools.checks import nb10_homework
+from tests.support.notebook_cells import SECTION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,7 +216,7 @@ def names_by_section(cells: list[tuple[str, str]]) -> dict[int, set[str]]:
     current: int | None = 0
     for kind, source in cells:
         if kind == "markdown" and re.search(r"^## ", source, flags=re.MULTILINE):
-            m = re.search(r"^## (\d+)[.\s]", source, flags=re.MULTILINE)
+            m = SECTION.search(source)
             current = int(m.group(1)) if m else None  # an unnumbered section (练习, 纪律) has no number to point at
         elif kind == "code" and current is not None:
             found.setdefault(current, set()).update(code_names(source))

@@ -28,6 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.support.notebook_cells import SECTION
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "RESULTS.md"
 
@@ -53,7 +55,7 @@ def sections(notebook: str) -> dict[str, Section]:
         if cell.cell_type != "markdown":
             continue
         for line in cell.source.splitlines():
-            m = (re.match(r"##\s+(\d+)\.\s", line) or re.match(r"###\s+(\d+\.\d+)\s", line)
+            m = (SECTION.match(line) or re.match(r"###\s+(\d+\.\d+)\s", line)
                  or re.match(r"###\s+(实验\s*\d+)", line))
             if m:
                 rest = cells[i + 1:]

@@ -15,6 +15,10 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 
+SECTION = re.compile(r"^##\s+(\d+)\.\s", flags=re.MULTILINE)
+"""A numbered section's heading, ``## k. title``: what a pointer "NN §k" names (test_pointers, test_layout,
+test_homework read sections through it; an unnumbered ``## 练习`` is no section)."""
+
 
 def tagged_sources(path: Path, tag: str) -> list[str]:
     """Sources of the code cells of ``path`` carrying ``tag``, in order."""
