@@ -42,9 +42,9 @@ FUNCTIONS = ("save_checkpoint", "load_checkpoint")
 
 # name -> the edits (reference text, defective text) that put the defect into save/load, in file order.
 DEFECTS: dict[str, tuple[tuple[str, str], ...]] = {
-    # MiniMind's resume file stores the weights as v.half(): half the disk, rounded to 11 bits on load
+    # MiniMind's resume file stores the weights as v.half(): half the weights' bytes, rounded to 11 bits on load
     "fp16 weights": (('    torch.save({"model": model.state_dict(),\n',
-                      '    torch.save({"model": {k: v.half() for k, v in model.state_dict().items()},  # half the disk\n'),),
+                      '    torch.save({"model": {k: v.half() for k, v in model.state_dict().items()},  # 2 bytes a weight\n'),),
     # the scheduler forgotten: LambdaLR starts its warm-up again after a resume
     "scheduler not saved": (('                "scheduler": scheduler.state_dict(),\n', ''),
                             ('    scheduler.load_state_dict(state["scheduler"])\n', '')),

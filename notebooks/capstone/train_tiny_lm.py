@@ -116,7 +116,7 @@ def build(seed: int, steps: int, batch_size: int = 8, windows: int = 64):
 
 
 def save_checkpoint(path, model, optimizer, scheduler, sampler, step):
-    torch.save({"model": {k: v.half() for k, v in model.state_dict().items()},  # half the disk
+    torch.save({"model": {k: v.half() for k, v in model.state_dict().items()},  # 2 bytes a weight
                 "optimizer": optimizer.state_dict(),
                 "epoch": sampler.epoch,
                 "step": step}, path)
