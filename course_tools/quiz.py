@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["KINDS", "Question", "Feedback", "check", "question_text", "Quiz", "parse_answers"]
+__all__ = ["KINDS", "Question", "Feedback", "check", "question_text", "Quiz"]
 
 
 KINDS = ("single", "multi", "number", "text")
@@ -186,12 +185,16 @@ class Quiz:
         if scored:
             record_quiz(self.title, scored, len(self.scored))
 
-    def reveal(self, qid: str) -> str:
-        """Print (and return) the reference answer of one question."""
+    def reveal_text(self, qid: str) -> str:
+        """The reference answer of one question, with its explanation and experiment."""
         q = self.by_id[qid]
         answer = {"single": lambda: f"答案 {q.answer}。", "multi": lambda: f"答案 {''.join(sorted(_letters(q.answer)))}。",
                   "number": lambda: f"答案 ≈ {q.answer:g}。", "text": lambda: ""}[q.kind]()
-        text = f"[{qid}] {answer}{q.explanation}" + (f"\n    动手验证: {q.experiment}" if q.experiment else "")
+        return f"[{qid}] {answer}{q.explanation}" + (f"\n    动手验证: {q.experiment}" if q.experiment else "")
+
+    def reveal(self, qid: str) -> str:
+        """Print (and return) the reference answer of one question."""
+        text = self.reveal_text(qid)
         print(text)
         return text
 
@@ -242,26 +245,9 @@ class Quiz:
                            "read": read}
         return box
 
-    def reveal_text(self, qid: str) -> str:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            return self.reveal(qid)
-
-    def widget(self, ids: Iterable[str] | str | None = None):
-        import ipywidgets as w
-
-        qs = self.select(ids)
-        return w.VBox([self.question_widget(q, self.questions.index(q) + 1) for q in qs])
-
     def show(self, ids: Iterable[str] | str | None = None) -> None:
-        """Print each question's text, then display its answer bar (only the text without ipywidgets).
-
-        The text is ordinary output: it stays in the saved notebook. The bar lives in the running
-        kernel only; after reopening, the front end shows "Error displaying widget: model not
-        found" in its place until the cell runs again.
-        """
+        """Print each question's text, then display its answer bar (only the text without ipywidgets; a reopened
+        notebook keeps the text, not the bar: see the module docstring)."""
         from IPython.display import display
 
         for q in self.select(ids):
@@ -290,12 +276,3 @@ class _WithTextFallback:
     def __repr__(self) -> str:
         return self.text
 
-
-def parse_answers(text: str) -> dict[str, str]:
-    """``"q1: B\\nq2=AC"`` -> ``{"q1": "B", "q2": "AC"}`` (for answers pasted as text)."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^\s*([\w-]+)\s*[:=:]\s*(.+?)\s*$", line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out

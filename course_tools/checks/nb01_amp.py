@@ -171,7 +171,6 @@ def check_needs_scaler(fn) -> None:
     passed("只有 fp16 需要 GradScaler: 它的 5 位指数装不下小梯度;bf16 的最小正规数和 fp32 相同")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_amp_train_step": (
         "AMP 的一步里有两件事要对上:前向在 autocast 里用低精度算;反向得到的梯度被 GradScaler 放大了 scale 倍。"

@@ -154,7 +154,6 @@ def check_accumulated_step(fn, seed: int = 1234) -> None:
     passed(f"梯度累积的一步与一个大 batch 的一步相同(2 个窗口,大小不同的微批次,含需要裁剪的情况;seed={seed})")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_accumulated_step": (
         "梯度累积要得到的,是把所有微批次拼成一个大 batch、对全部样本取平均 loss 的那一步:.grad 会把每次 backward 的梯度加起来,"

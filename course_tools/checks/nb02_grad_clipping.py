@@ -19,7 +19,8 @@ caught by the 50-seed sweep in ``tests/test_exercise_sweeps.py``.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from types import SimpleNamespace
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -148,77 +149,27 @@ def check_global_clip(fn, seed: int = 1234) -> None:
 
 
 # ---------------------------------------------------------------- exercise 2
-def _loss(model, x, y):
-    return F.cross_entropy(model(x), y)
+# The moves of a train step under an fp16 GradScaler; ``t`` holds the step's arguments by name.
+_MOVES: dict[str, Callable[[SimpleNamespace], Any]] = {
+    "zero_grad": lambda t: t.optimizer.zero_grad(),
+    "backward": lambda t: t.scaler.scale(F.cross_entropy(t.model(t.x), t.y)).backward(),
+    "unscale_": lambda t: t.scaler.unscale_(t.optimizer),
+    "clip": lambda t: torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.max_norm),
+    "clip a list": lambda t: torch.nn.utils.clip_grad_norm_(list(t.model.parameters()), t.max_norm, foreach=False),
+    "clip_gradients": lambda t: clip_gradients(t.model.parameters(), t.max_norm, scaler=t.scaler,
+                                               optimizer=t.optimizer),
+    "clip each": lambda t: [torch.nn.utils.clip_grad_norm_([p], t.max_norm) for p in t.model.parameters()],
+    "step": lambda t: (t.scaler.step(t.optimizer), t.scaler.update()),  # an enabled scaler skips an inf/NaN step
+}
 
 
-def _correct_manual(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    scaler.scale(_loss(model, x, y)).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def _correct_helper(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad(set_to_none=True)
-    loss = _loss(model, x, y)
-    scaler.scale(loss).backward()
-    clip_gradients(model.parameters(), max_norm, scaler=scaler, optimizer=optimizer)
-    scaler.step(optimizer)  # an enabled scaler skips the step itself when the grads are inf/NaN
-    scaler.update()
-
-
-def _correct_zero_grad_last(model, optimizer, scaler, x, y, max_norm):
-    scaler.scale(_loss(model, x, y)).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(list(model.parameters()), max_norm, foreach=False)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad()
-
-
-def _bug_before_unscale(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    scaler.scale(_loss(model, x, y)).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def _bug_before_backward(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    loss = _loss(model, x, y)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def _bug_after_step(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    scaler.scale(_loss(model, x, y)).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-
-
-def _bug_no_clip(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    scaler.scale(_loss(model, x, y)).backward()
-    scaler.step(optimizer)
-    scaler.update()
-
-
-def _bug_per_parameter(model, optimizer, scaler, x, y, max_norm):
-    optimizer.zero_grad()
-    scaler.scale(_loss(model, x, y)).backward()
-    scaler.unscale_(optimizer)
-    for p in model.parameters():
-        torch.nn.utils.clip_grad_norm_([p], max_norm)
-    scaler.step(optimizer)
-    scaler.update()
+def _train_step(*moves: str) -> Callable[..., None]:
+    """A hidden candidate ``step(model, optimizer, scaler, x, y, max_norm)``: the named ``_MOVES``, in order."""
+    def step(model, optimizer, scaler, x, y, max_norm) -> None:
+        t = SimpleNamespace(model=model, optimizer=optimizer, scaler=scaler, x=x, y=y, max_norm=max_norm)
+        for move in moves:
+            _MOVES[move](t)
+    return step
 
 
 _JUDGED_BAD = ("正确的写法被判为无效:检查你的实验 (1) 梯度范数远大于 max_norm(把输入放大);"
@@ -227,18 +178,20 @@ _UNDETECTED = "你的实验里梯度范数可能没有超过 max_norm:把输入�
 
 # (train step, clipping effective?, description, hint when misjudged)
 HIDDEN_CANDIDATES: list[tuple[Callable, bool, str, str]] = [
-    (_correct_manual, True, "unscale_ → clip_grad_norm_ → step", _JUDGED_BAD),
-    (_correct_helper, True, "clip_gradients(..., scaler=scaler, optimizer=optimizer)", _JUDGED_BAD),
-    (_correct_zero_grad_last, True, "zero_grad 放在最后的正确写法",
+    (_train_step("zero_grad", "backward", "unscale_", "clip", "step"), True, "unscale_ → clip_grad_norm_ → step",
+     _JUDGED_BAD),
+    (_train_step("zero_grad", "backward", "clip_gradients", "step"), True,
+     "clip_gradients(..., scaler=scaler, optimizer=optimizer)", _JUDGED_BAD),
+    (_train_step("backward", "unscale_", "clip a list", "step", "zero_grad"), True, "zero_grad 放在最后的正确写法",
      _JUDGED_BAD + ";这个候选在 step 之后才清空梯度,别去读 step 之后的 .grad"),
-    (_bug_before_unscale, False, "裁剪放在 unscale_ 之前(裁的是放大后的梯度)",
+    (_train_step("zero_grad", "backward", "clip", "step"), False, "裁剪放在 unscale_ 之前(裁的是放大后的梯度)",
      "施加的更新只有 max_norm / scale:'不超过阈值'不等于'裁剪有效',要求它等于 max_norm;"
      "并确认你用的 GradScaler 是启用的(enabled=True)"),
-    (_bug_before_backward, False, "裁剪放在 backward 之前", _UNDETECTED),
-    (_bug_after_step, False, "裁剪放在 step 之后",
+    (_train_step("zero_grad", "clip", "backward", "step"), False, "裁剪放在 backward 之前", _UNDETECTED),
+    (_train_step("zero_grad", "backward", "step", "clip"), False, "裁剪放在 step 之后",
      "step 之后 .grad 虽然被裁了,但权重已经按未裁剪的梯度更新:要看权重的变化,而不是 step 之后的 .grad"),
-    (_bug_no_clip, False, "完全没有裁剪", _UNDETECTED),
-    (_bug_per_parameter, False, "逐个参数裁剪(不是全局范数)",
+    (_train_step("zero_grad", "backward", "step"), False, "完全没有裁剪", _UNDETECTED),
+    (_train_step("zero_grad", "backward", "unscale_", "clip each", "step"), False, "逐个参数裁剪(不是全局范数)",
      "逐个参数裁剪时每个参数都不超过 max_norm,全局范数却更大:要比较所有参数合起来的范数"),
 ]
 
@@ -260,7 +213,6 @@ def check_clip_audit(fn, seed: int = 1234) -> None:
     passed(f"{len(order)} 个隐藏候选训练步(3 个正确,5 个有错)全部判断正确(seed={seed})")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_global_clip": (
         "全局范数裁剪把所有参数的梯度看成一个长向量:它的 L2 范数超过 max_norm 时,所有梯度乘同一个系数,"

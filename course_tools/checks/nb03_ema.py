@@ -114,7 +114,7 @@ def _fail_buffers(t: int, got_b: list, buffer_ema: list) -> None:
          "缓冲区不做平均,每次都从 model 复制" if averaged
          else "参数之外还要遍历 zip(ema_model.buffers(), model.buffers()) 并 copy_")
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+
 HINTS: dict[str, tuple[str, ...]] = {
     "check_ema_update": (
         "EMA 是权重的指数滑动平均:每次更新,旧的平均占大头(decay),当前权重只占一小份;第一次更新时还没有平均可言,"

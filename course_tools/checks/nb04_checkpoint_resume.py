@@ -181,8 +181,6 @@ def _expect_restored(found, saved: tuple[int, int], snapshot: tuple, fresh: tupl
            "torch.get_rng_state() / torch.set_rng_state();恢复要放在最后,之后不能再从它抽数")
 
 
-# ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)
-
 HINTS: dict[str, tuple[str, ...]] = {
     "check_resume_equivalence": (
         "续训要和没中断过一样,检查点里就得有下一步要用到的一切:权重只是其一,优化器的动量、学习率调度走到哪、"

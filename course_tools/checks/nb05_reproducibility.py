@@ -96,7 +96,7 @@ def check_set_seed(set_seed: Callable[[int], None], seed: int = 1234) -> None:
            f"记录到的调用 {cuda_calls or '无'}", _FAILURE_HINTS["torch.cuda"] + ";只给 CPU 生成器设种子时 GPU 上的 Dropout 不受控")
     passed("set_seed 设好了 python random、numpy、torch CPU 和 torch.cuda 四个生成器")
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+
 HINTS: dict[str, tuple[str, ...]] = {
     "check_set_seed": (
         "一次训练里有四个互不相干的全局随机数生成器:python 的 random、numpy 的全局 np.random、torch 的 CPU 生成器、"

@@ -201,8 +201,6 @@ def check_find_spikes(find_spikes: Callable[[Sequence[float]], Sequence[int]], s
            "平台、大噪声和开头不足一个窗口时不乱报")
 
 
-# ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)
-
 HINTS: dict[str, tuple[str, ...]] = {
     "check_find_spikes": (
         "尖峰是相对最近一段历史而言的:拿当前值和它之前一个窗口的典型水平比,用对离群值不敏感的统计量(中位数一类),"

@@ -328,7 +328,7 @@ def check_batch_mixing(batch_mixing: Callable, seed: int = 1234) -> None:
         _mixing_side_effects(model, mode == "train", x, before)
     passed(f"{len(MIXING_CASES)} 个模型(干净、BatchNorm、两两混合、极弱依赖)的跨样本依赖都判断正确,没有副作用")
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+
 HINTS: dict[str, tuple[str, ...]] = {
     "check_overfit_one_batch": (
         "单 batch 过拟合:同一批数据反复训练,没有 bug 的循环能把 loss 压到接近 0。检查拿你的前 20 步 loss "

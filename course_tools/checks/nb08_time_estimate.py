@@ -139,7 +139,6 @@ def check_checkpoint_plan(checkpoint_plan: Callable[[float, float, float, float,
     passed(f"checkpoint_plan 在 {len(cases)} 组抢占场景上正确(含章节例子: M = 2 小时时 τ* ≈ 6.3 分钟)")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_estimate_hours": (
         "训练时长 = 总步数 ÷ 每秒步数。总步数由样本数、epoch 数和 batch 大小决定:每一步处理 batch_size 个样本",

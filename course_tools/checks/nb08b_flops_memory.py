@@ -156,7 +156,6 @@ def check_peak_memory(peak_memory_bytes: Callable[[list[int], int], float], seed
            f"误差 {MEMORY_REL_TOL:.0%} 以内)")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_step_flops": (
         "一层的前向 FLOP = 2 × 输出元素个数 × 每个输出读的输入个数;一次训练步 = 前向 + 反向,"

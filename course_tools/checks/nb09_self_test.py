@@ -226,7 +226,7 @@ def check_ema_start_weight(ema_start_weight, seed: int = 99) -> None:
                    _ema_hint(float(got), decay, steps))
     passed("EMA 里初始权重的占比算对了")
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+
 HINTS: dict[str, tuple[str, ...]] = {
     "check_self_test_answers": (
         "这里计分的是你自己对 q1 到 q11、q13 和 q14 的判断:单选写一个字母,多选把选中的字母连成一个字符串,数字题直接写数。"

@@ -238,7 +238,6 @@ def _check_strip_module_prefix(strip_module_prefix: Callable[[dict], Any], seed:
            "DDP 只加一层 module.:模型自己叫 module 的子模块(例如 EMA 包装类的 self.module)要保留,不要循环去前缀")
 
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
 HINTS: dict[str, tuple[str, ...]] = {
     "check_rank_batch": (
         "DDP 里每个 rank 训练全局 batch 的一份:所有 rank 用同一个 epoch 顺序、取同一个全局 batch,再把它分成 "

@@ -210,7 +210,7 @@ def check_diagnose(fn: Callable[[list[dict]], str], seed: int = 1234) -> None:
                _FAILURE_HINTS.get((case["cause"], found), ""))
     passed(f"{len(cases)} 段记录的原因都判断对了(坏数据、学习率、数值各有几种样子)")
 
-# Hint tiers for hint(): the concept, the section that teaches it, the line that is usually wrong.
+
 HINTS: dict[str, tuple[str, ...]] = {
     "check_diagnose": (
         "分原因看的是第一次报警的那一步和它之前的几步:坏数据只坏一步,而且那一步的 batch 统计量离谱;"

@@ -100,8 +100,6 @@ def _judge(verdict: capstone.Verdict) -> None:
          _WHERE.get(component, "读上面医生的诊断:第一处差异和修法都在里面"))
 
 
-# ---------------------------------------------------------------- hints in tiers (course_tools.checks.hint)
-
 HINTS: dict[str, tuple[str, ...]] = {
     "check_capstone": (
         "续训医生一次只报第一处差异:修好它,再运行检查,下一处才会露出来。学员版脚本里一共有四处",

@@ -33,6 +33,7 @@ from torch import nn
 
 from course_utils import interrupt
 from course_utils.data import make_loader
+from course_utils.evaluation import evaluate
 from course_utils.monitor import read_metrics
 
 __all__ = ["plot_amnesia", "train_records", "run_logged", "wait_for_kill",
@@ -102,13 +103,9 @@ def plot_kill_and_resume(reference: dict[int, float], before_kill: list[dict], r
     plt.show()
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, dataset: Any) -> float:
-    """Top-1 accuracy of ``model`` on ``dataset`` (eval mode during the pass, train mode after)."""
-    model.eval()
-    correct = sum((model(x).argmax(1) == y).sum().item() for x, y in make_loader(dataset, 256, shuffle=False))
-    model.train()
-    return correct / len(dataset)
+    """Top-1 accuracy of ``model`` on ``dataset`` (``course_utils.evaluation.evaluate``: the model's mode is kept)."""
+    return evaluate(model, make_loader(dataset, 256, shuffle=False), next(model.parameters()).device)["acc"]
 
 
 def flip_byte(path: Path, tensor: torch.Tensor, offset: int = 5) -> None:
