@@ -4,30 +4,18 @@ No timing assertions: benchmarks are run by hand (python bench/overhead.py), not
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from tests.support.bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def overhead():
-    return _load("overhead")
+    return load("overhead")
 
 
 def test_pro_arm_writes_metrics_and_checkpoints(overhead, tmp_path):
@@ -77,7 +65,7 @@ def test_peers_bench_runs_all_three_arms(tmp_path):
     """bench/peers.py at toy size: three arms timed side by side, a verdict (Lightning: requirements.txt includes
     bench/requirements.txt, so a missing install fails here instead of skipping)."""
     import lightning  # noqa: F401
-    peers = _load("peers")
+    peers = load("peers")
     setup = peers.Setup(width=4, batch_size=8, n_batches=2, ckpt_every=3, log_every=peers.LOG_EVERY, loggers=("jsonl",))
     tp = peers.throughput(setup, steps=3, warmup=1, repeats=3, log=lambda *_: None)
     assert [r["order"][0] for r in tp["rows"]] == ["bare", "ours", "lightning"]  # the order rotates
