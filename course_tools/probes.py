@@ -20,7 +20,7 @@ import time
 import torch
 
 from course_utils.distributed import World, gather
-from course_utils.heartbeat import PHASES, Heartbeat
+from course_utils.heartbeat import PHASES
 from course_utils.runfolder import RunFiles
 
 __all__ = ["Probes"]
@@ -30,7 +30,8 @@ class Probes:
     """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
 
     The script's ``Hooks``, doing something: ``data(dataset)``: the training set (or what to load instead);
-    ``attach(model, step, beat)``: once, before the first step (``beat``: the rank's ``Heartbeat``);
+    ``attach(model)``: once, before the first step; ``phase_entered(step, phase)``: the rank's heartbeat enters
+    a phase (``course_utils.hang_guard.HangGuard``'s ``on_enter``);
     ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
     about to train on (or what to train on instead); ``after_step(step, loader, y)``: after every optimizer step.
 
@@ -65,14 +66,12 @@ class Probes:
     def data(self, dataset: torch.utils.data.Dataset) -> torch.utils.data.Dataset:
         return _StuckWorker(dataset, self.stuck_worker) if self.stuck_worker else dataset
 
-    def attach(self, model: torch.nn.Module, step: int, beat: Heartbeat) -> None:
+    def attach(self, model: torch.nn.Module) -> None:
         if self.nan_steps:
             model.register_forward_hook(self.poison)
-        if self.stall is not None:
-            beat.on_enter = self.phase_entered
 
     def phase_entered(self, step: int, phase: str) -> None:
-        if (step, phase) != self.stall:
+        if self.stall is None or (step, phase) != self.stall:
             return
         self.stall_countdown -= 1
         if self.stall_countdown == 0:

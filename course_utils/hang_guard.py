@@ -2,10 +2,11 @@
 
 What: ``HangGuard`` puts together what a training script needs against a job that stops without a word:
 this rank's ``Heartbeat`` (``course_utils.heartbeat``) with hooks on the model and the optimizer, a
-``Watchdog`` (``course_utils.watchdog``) while the loop runs, which on a hang makes rank 0 write status.json
-"hung" through ``RunFolder.ended``, and every ``every`` steps each rank's time per step in metrics.jsonl
-with a ``Stragglers`` alert (``course_utils.stragglers``). The script meets it where a step starts and ends,
-where it saves and where it evaluates: the phases a stuck rank is named by.
+``Watchdog`` (``course_utils.watchdog``) while the guard is entered (``with``), which on a hang makes rank 0
+write status.json "hung" through ``RunFolder.ended``, and every ``every`` steps each rank's time per step in
+metrics.jsonl with a ``Stragglers`` alert (``course_utils.stragglers``). A script meets it in four places:
+where the loop starts (``with HangGuard(...)``), around each step (``with guard.step(...)``), where it saves
+(``enter("save")``) and where it evaluates (``each(batches, "eval")``): the phases a stuck rank is named by.
 
 Why a component: spread over a script, the same feature took ten places (fields, the loop, the save, the
 evaluation, status writers, an alert text); here it is one object the loop calls.
@@ -14,21 +15,24 @@ Pitfalls handled:
 - the times are gathered at the same steps on every rank (``step % every``): a collective that one rank
   skipped would hang the job it watches;
 - the status of a hang is written by rank 0's watchdog thread while the main thread is stuck: ``status``
-  is a function that reads the run's progress then, not a value taken at the start.
+  is a function that reads the run's progress then, not a value taken at the start;
+- ``status`` usually reads the run's own state, which holds this guard: the guard lets go of it on leaving
+  the ``with``, so that the two form no reference cycle (one would keep the run's DataLoader workers alive
+  after it ends, until the garbage collector runs: an interpreter exit then hangs).
 
 Example::
 
-    guard = HangGuard(world, files, run, timeout=None, every=20)
-    with guard.watching(ddp_model, optimizer, status=lambda: {"step": step}, ddp=ddp_model if world.launched else None):
+    with HangGuard(world, files, run, ddp_model, optimizer, timeout=None, every=20,
+                   status=lambda: {"step": step}) as guard:
         for step in range(1, total + 1):
-            guard.step(step)                    # phase "data" of this step
-            ...                                 # forward, backward, allreduce, optimizer: hooks
-            guard.stepped(step, monitor)        # every 20 steps: every rank's times; rank 0 logs them
+            with guard.step(step, monitor):         # phase "data"; at the end, every 20 steps: every rank's times
+                ...                                 # forward, backward, allreduce, optimizer: hooks
 
 Reference machinery of ``solutions/homework/train_cifar_pro.py``.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Iterable, Iterator
 
 from course_utils.distributed import World, gather
@@ -48,38 +52,40 @@ def collective_timeout_s(hang_timeout: float | None) -> float | None:
 
 
 class HangGuard:
-    """One rank's heartbeat, watchdog and straggler watch (see the module docstring).
+    """One rank's heartbeat, watchdog and straggler watch (see the module docstring); a context manager.
 
-    ``run``: rank 0's claimed folder (the status of a hang goes there), None on the other ranks;
-    ``timeout``: ``--hang-timeout`` (None: automatic, 0: no watchdog); ``every``: steps between two
-    gatherings of the ranks' times.
+    ``run``: rank 0's claimed folder (the status of a hang goes there), None on the other ranks; ``model``:
+    what trains (DDP's wrapper under torchrun: its all-reduce is a phase too); ``timeout``: ``--hang-timeout``
+    (None: automatic, 0: no watchdog); ``every``: steps between two gatherings of the ranks' times;
+    ``status()``: status.json's fields at the moment of a hang (step, ...); ``on_enter(step, phase)``: called
+    at every phase change (the script's test probes).
     """
 
-    def __init__(self, world: World, files: RunFiles, run: RunFolder | None, *, timeout: float | None,
-                 every: int) -> None:
-        self.world, self.files, self.run, self.timeout, self.every = world, files, run, timeout, every
+    def __init__(self, world: World, files: RunFiles, run: RunFolder | None, model: Any, optimizer: Any, *,
+                 timeout: float | None, every: int, status: Callable[[], dict[str, Any]],
+                 on_enter: Callable[[int, str], None] | None = None) -> None:
+        self.world, self.run, self.every, self._status = world, run, every, status
         self.beat = Heartbeat(world.rank)
+        self.beat.on_enter = on_enter
+        self.beat.attach(model, optimizer, ddp=model if world.launched else None)
         self.stragglers = Stragglers() if world.is_main else None
+        self.watchdog = Watchdog(self.beat, files, world.size, timeout=timeout, on_hang=self._hung)
 
-    def watching(self, model: Any, optimizer: Any, status: Callable[[], dict[str, Any]], ddp: Any = None) -> Watchdog:
-        """The heartbeat's hooks on ``model`` and ``optimizer`` (and DDP's all-reduce), and the watchdog to run
-        the loop in (``with``); ``status()``: status.json's fields at the moment of a hang (step, ...).
+    def __enter__(self) -> HangGuard:
+        self.watchdog.__enter__()
+        return self
 
-        Pitfall: ``status`` usually reads the run's own state; it is held by the watchdog only, not by this
-        object, so that the run's state and this guard form no reference cycle (a cycle would keep the run's
-        DataLoader workers alive after it ends, until the garbage collector runs: an interpreter exit then hangs).
-        """
-        self.beat.attach(model, optimizer, ddp=ddp)
-        return Watchdog(self.beat, self.files, self.world.size, timeout=self.timeout,
-                        on_hang=lambda report: self._hung(report, status))
+    def __exit__(self, *exc: Any) -> None:
+        self.watchdog.__exit__(*exc)
+        self._status = None  # the run's state, which holds this guard: no cycle after the loop
 
-    def step(self, step: int) -> None:
-        """Step ``step`` starts: its "data" phase."""
+    @contextlib.contextmanager
+    def step(self, step: int, monitor: Any) -> Iterator[None]:
+        """Step ``step`` starts: its "data" phase. When the block ends (not by an exception), every ``every``
+        steps: every rank's seconds per step (a collective); rank 0 (``monitor`` not None) logs them and
+        alerts on a new straggler."""
         self.beat.enter("data", step)
-
-    def stepped(self, step: int, monitor: Any) -> None:
-        """After step ``step``, every ``every`` steps: every rank's seconds per step (a collective); rank 0
-        (``monitor`` not None) logs them and alerts on a new straggler."""
+        yield
         if step % self.every:
             return
         times = gather(self.beat.take_times())
@@ -97,9 +103,9 @@ class HangGuard:
         """``items`` with a heartbeat before each one: a long evaluation is progress."""
         return self.beat.each(items, phase)
 
-    def _hung(self, report: HangReport, status: Callable[[], dict[str, Any]]) -> None:
+    def _hung(self, report: HangReport) -> None:
         """The watchdog's report: rank 0 writes status.json "hung" before the job ends."""
-        if self.run is not None:
-            status = status()
+        if self.run is not None and self._status is not None:
+            status = self._status()
             self.run.ended(ExitCode.HUNG, status.pop("step"), report.message, stuck=report.stuck,
                            hang_folder=report.folder, **status)

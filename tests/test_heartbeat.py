@@ -1,13 +1,18 @@
-"""course_utils.heartbeat without processes: who the watchdog names, its limit, torn reads, the straggler rule."""
+"""course_utils.heartbeat without processes: who the watchdog names, its limit, torn reads, the straggler rule,
+HangGuard's per-step block."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from course_utils import heartbeat
+from course_utils.distributed import World
+from course_utils.hang_guard import HangGuard
 from course_utils.heartbeat import Heartbeat, read_heartbeats
+from course_utils.runfolder import RunFiles
 from course_utils.stragglers import Stragglers
 from course_utils.watchdog import FIRST_STEP_GRACE_S, Watchdog
 from tests.support.pro_runs import load_script
@@ -127,3 +132,26 @@ def test_hang_timeout_too_short_is_refused():
         script.parse_args(["--hang-timeout", "2"])
     assert exc.value.code == 2
     assert script.parse_args(["--hang-timeout", "0"]).hang_timeout == 0
+
+
+def test_hang_guard_step_times_every_nth_step_and_lets_go_of_the_run_after_the_loop(tmp_path):
+    """``HangGuard.step``: the "data" phase of the step at entry; at the end of every ``every``-th step rank 0's
+    monitor gets the ranks' times, not after a step that raised; leaving the guard drops ``status`` (no reference
+    cycle with the run's state) and this rank's heartbeat file."""
+    model, logged = torch.nn.Linear(2, 1), []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = SimpleNamespace(log_ranks=lambda step, times: logged.append((step, times[0]["steps"])),
+                              alert=lambda *args: None)
+    phases = []
+    with HangGuard(World(), RunFiles(tmp_path), None, model, optimizer, timeout=None, every=2, status=dict,
+                   on_enter=lambda step, phase: phases.append((step, phase))) as guard:
+        assert read_heartbeats(tmp_path / "heartbeats")[0]["phase"] == "start", "published on entry"
+        for step in (1, 2, 3):
+            with guard.step(step, monitor):
+                model(torch.ones(1, 2)).sum().backward()
+                optimizer.step()
+        with pytest.raises(RuntimeError), guard.step(4, monitor):
+            raise RuntimeError("a step that fails")
+    assert logged == [(2, 2)], "step 2 only: step 4 raised, 1 and 3 are not multiples of every=2"
+    assert phases[:4] == [(1, "data"), (1, "forward"), (1, "backward"), (1, "optimizer")] and phases[-1] == (4, "data")
+    assert guard._status is None and not (tmp_path / "heartbeats").exists()

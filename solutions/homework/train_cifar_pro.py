@@ -62,9 +62,8 @@ from course_utils.heartbeat import PHASES
 from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
 from course_utils.signals import StopSignal
 
-# The hidden flags of tests and demos (course_tools.probes, imported only when one is given)
 PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "inject_stall", "inject_stuck_worker",
-               "inject_straggler")
+               "inject_straggler")  # hidden flags of tests and demos: course_tools.probes, imported only if one is given
 # On --resume, these fields may differ from the saved config: they do not change what the run computes
 # (device and --deterministic change only the last bits). CHANGEABLE ones re-time the lr schedule or rescale
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
@@ -82,10 +81,10 @@ def build_parser() -> Parser:
     p.add_argument("--epochs", type=int_at_least(1), default=2)
     p.add_argument("--max-steps", type=int_at_least(0), default=0, help="stop after this many optimizer steps (0: no limit)")
     p.add_argument("--batch-size", type=int_at_least(1), default=128, help="the global batch size")
-    p.add_argument("--accum-steps", type=int_at_least(1), default=1,
-                   help="micro-batches per optimizer step and process (gradient accumulation): the step of one "
-                        "batch of --batch-size in about 1/K of the activation memory (the largest micro-batch's); equal up to rounding without "
-                        "BatchNorm (--model tiny), approximate with it (statistics per micro-batch)")
+    p.add_argument("--accum-steps", type=int_at_least(1), default=1, help="micro-batches per optimizer step and process "
+                   "(gradient accumulation): the step of one batch of --batch-size in about 1/K of the activation memory "
+                   "(the largest micro-batch's); equal up to rounding without BatchNorm (--model tiny), approximate with "
+                   "it (statistics per micro-batch)")
     p.add_argument("--lr", type=float_in(0, None, low_open=True), default=2e-3)
     p.add_argument("--weight-decay", type=float_in(0), default=5e-4)
     p.add_argument("--warmup-steps", type=int_at_least(0), default=50)
@@ -119,10 +118,9 @@ def build_parser() -> Parser:
                    help="with --resume: let this field differ from the saved config (repeatable; recorded)")
     p.add_argument("--deterministic", action="store_true", help="deterministic kernels (slower on GPU)")
     add_spike_flags(p)
-    p.add_argument("--hang-timeout", type=float_in(0), default=None,
-                   help="seconds without progress on any rank that end the run as hung (exit code 124; default: "
-                        "20x the median step within [60 s, 25 min]; at least 120 s before a process's first step; "
-                        "0: off; under 5: refused)")
+    p.add_argument("--hang-timeout", type=float_in(0), default=None, help="seconds without progress on any rank that end "
+                   "the run as hung (exit code 124; default: 20x the median step within [60 s, 25 min]; at least 120 s "
+                   "before a process's first step; 0: off; under 5: refused)")
     p.add_argument("--no-progress", action="store_true")
     hidden = argparse.SUPPRESS  # PROBE_FLAGS: faults that tests and demos inject (course_tools.probes.Probes)
     p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=hidden)  # NaN outputs at these steps
@@ -136,8 +134,7 @@ def build_parser() -> Parser:
 
 
 def add_spike_flags(p: Parser) -> None:
-    """The bad-step alarm (--max-bad-steps of --bad-step-window) and what it does: --on-spike, and the rollback's
-    skip, lr factor and limit."""
+    """The bad-step alarm (--max-bad-steps of --bad-step-window) and what it does: --on-spike and its rollback."""
     p.add_argument("--max-bad-steps", type=int_at_least(1), default=5,
                    help="stop when this many of the last --bad-step-window steps were bad (inf/NaN or a loss spike)")
     p.add_argument("--bad-step-window", type=int_at_least(1), default=50,
@@ -209,7 +206,7 @@ def hooks_for(args: argparse.Namespace, world: World, files: RunFiles) -> Simple
     if any(getattr(args, name) for name in PROBE_FLAGS):
         from course_tools.probes import Probes
         return Probes(args, world, files)
-    return SimpleNamespace(data=lambda dataset: dataset, attach=lambda model, step, beat: None,
+    return SimpleNamespace(data=lambda dataset: dataset, attach=lambda model: None, phase_entered=None,
                            before_step=lambda step, position, x, y: (x, y), after_step=lambda step, loader, y: None)
 
 
@@ -291,9 +288,10 @@ class Training:
 
 def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None,
           changes: dict, world: World, hooks: SimpleNamespace) -> ExitCode:
-    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish; during the
-    loop, a watchdog ends the job when no rank makes progress for --hang-timeout s (status "hung"). Not around
-    finish: rank 0 may close its loggers (a wandb upload) for longer while the others wait at the last barrier."""
+    """The whole run of one process: prepare (step 0), resume (a checkpoint, if any), loop, finish. The loop runs
+    in the hang watch (``HangGuard``: heartbeat hooks on the model and optimizer, a watchdog thread that ends the job
+    when no rank makes progress for --hang-timeout s, status "hung"). Not around finish: rank 0 may close its
+    loggers (a wandb upload) for longer while the others wait at the last barrier."""
     device = rank_device(args.device, world)  # --device; under torchrun cuda:LOCAL_RANK
     # torchrun: join the other ranks (init_process_group), collectives timing out after the watchdog; plain: nothing
     setup(world, device, collective_timeout_s(args.hang_timeout))
@@ -301,13 +299,12 @@ def train(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, sav
         stop.install()  # now a stop can be agreed on; before, SIGTERM just ended a process with nothing to save
     t = prepare(args, stop, run, world, device, hooks)
     resume(t, saved, changes)
-    t.hang = HangGuard(world, t.files, run, timeout=args.hang_timeout, every=args.log_every)
-    hooks.attach(t.model, t.step, t.hang.beat)
+    hooks.attach(t.model)  # the tests' probes (hidden flags); the default hooks do nothing
     t.model.train()
     if t.run is not None:
         t.run.running(t.step, **t.progress())  # status.json: "running"
-    with t.hang.watching(t.ddp_model, t.optimizer, status=lambda: {"step": t.step, **t.progress()},
-                         ddp=t.ddp_model if world.launched else None):
+    with HangGuard(world, t.files, run, t.ddp_model, t.optimizer, timeout=args.hang_timeout, every=args.log_every,
+                   status=lambda: {"step": t.step, **t.progress()}, on_enter=hooks.phase_entered) as t.hang:
         exit_code = loop(t, hooks)
     return finish(t, exit_code)
 
@@ -449,16 +446,15 @@ def loop(t: Training, hooks: SimpleNamespace) -> ExitCode:
     while t.step < t.total_steps:
         if any_rank(t.stop.requested):  # a stop (SIGTERM, Ctrl-C) on any rank: all leave at this step
             return ExitCode.PREEMPTED
-        t.hang.step(t.step + 1)
-        epoch, position, x, y = t.data.next(t.step)
-        x, y = hooks.before_step(t.step + 1, position, x, y)
-        result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
-                            ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
-                            loss_weight=len(y) * world.size / args.batch_size, accum_steps=args.accum_steps)
-        t.step += 1
-        hooks.after_step(t.step, t.data.loader, y)
-        loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
-        t.hang.stepped(t.step, t.monitor)  # every --log-every steps: every rank's time per step, stragglers named
+        with t.hang.step(t.step + 1, t.monitor):  # phase "data"; every --log-every steps, the ranks' step times
+            epoch, position, x, y = t.data.next(t.step)
+            x, y = hooks.before_step(t.step + 1, position, x, y)
+            result = train_step(t.ddp_model, x, y, optimizer=t.optimizer, scheduler=t.scheduler, scaler=t.scaler,
+                                ema=t.ema, device=t.device, amp_dtype=t.amp_dtype, clip=args.clip,
+                                loss_weight=len(y) * world.size / args.batch_size, accum_steps=args.accum_steps)
+            t.step += 1
+            hooks.after_step(t.step, t.data.loader, y)
+            loss = average(result.loss)  # the global batch's mean loss (each rank's loss is weighted by its share)
         bad = time_to_save = False
         if main:
             t.manager.check()  # --async-ckpt: a background save that failed stops the run here, not at the next save
@@ -559,11 +555,9 @@ def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, clipped: ClipResult) -> bool:
-    """Step, unless the gradients are not finite (then True: skipped).
-
-    fp16's GradScaler skips such a step itself (and lowers its scale); under bf16/fp32 nothing else
-    would notice, so the pre-clip norm's finiteness is read here (one host sync).
-    """
+    """Step, unless the gradients are not finite (then True: skipped). fp16's GradScaler skips such a step itself
+    (and lowers its scale); under bf16/fp32 nothing else would notice, so the pre-clip norm's finiteness is read
+    here (one host sync)."""
     if scaler.is_enabled():
         scale_before = scaler.get_scale()
         scaler.step(optimizer)
@@ -631,7 +625,6 @@ def finish(t: Training, exit_code: ExitCode) -> ExitCode:
 
 if __name__ == "__main__":
     exit_code = main(*STARTED)
-    # status.json is written: a late SIGTERM must not kill the interpreter while it shuts down
-    # (exit status -15, unflushed output); blocked, it is simply dropped at exit
+    # status.json is written: a late SIGTERM, blocked, is dropped (not exit status -15 with unflushed output)
     signal.pthread_sigmask(signal.SIG_BLOCK, StopSignal.SIGNALS)
     leave(STARTED[-1], exit_code)  # sys.exit; under torchrun without the interpreter's shutdown (see leave)
