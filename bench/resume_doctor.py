@@ -12,6 +12,7 @@ and the doctor's kill plan (an epoch of 12 steps: kills after 7; 13; 5 and 12 mo
     python bench/resume_doctor.py                          # 5 quiet runs of each, 1 beside 4 hogs
     python bench/resume_doctor.py --repeats 1 --only no_ema correct
     python bench/resume_doctor.py --repeats 0 --hog-repeats 1 --only correct --merge   # add runs beside hogs
+    python bench/resume_doctor.py --repeats 1 --hog-repeats 0 --only no_grad_scaler --json /tmp/trial.json
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ BUGS = {
     "eval_after_save": ("eval-after-save slip (global generator drawn)", "rng", 13),
     "no_scheduler": ("missing scheduler", "scheduler", 5),
     "no_ema": ("missing EMA", "ema", 4),
+    "no_grad_scaler": ("missing GradScaler state", "grad_scaler", 4),
     "no_optimizer": ("missing optimizer state", "optimizer", 4),
     "one_step_early": ("resuming one step early", "step_counter", 4),
     "split_accumulation": ("split accumulation window", "accumulation", 1),
@@ -52,6 +54,7 @@ BUGS = {
     "prime_rl_3332": ("prime-rl PR #3332: iter() before load_state_dict", "data", 4),
     "swift_10050": ("ms-swift #10050: the rebuilt sampler replays epoch 0", "data", 13),
     "torchdata_generator": ("found here: StatefulDataLoader with its own generator", "data", 13),
+    "torchdata_global": ("found here: StatefulDataLoader drawing from the global generator", "rng", 4),
 }
 ZOO_STEPS = {"split_accumulation": 12}  # 3 micro-batches a step: 4 steps an epoch
 HOMEWORK_ARGS = ["--seed", "1234", "--max-steps", "40", "--ckpt-every-steps", "4", "--dropout", "0.5", "--model", "tiny",
@@ -69,7 +72,7 @@ def commands(torchdata: bool) -> dict[str, tuple[int, list[str]]]:
     found["train_cifar"] = (40, [py, str(HOMEWORK / "train_cifar.py"), "--out", "{out}", *HOMEWORK_ARGS, RESUME])
     found["train_cifar_pro"] = (30, [py, str(HOMEWORK / "train_cifar_pro.py"), "--out", "{out}", *PRO_ARGS, RESUME])
     if not torchdata:
-        del found["torchdata_generator"]
+        del found["torchdata_generator"], found["torchdata_global"]
     else:
         found["stateful_loader"] = (36, [py, str(ZOO / "stateful_loader.py"), "--out", "{out}", RESUME])
     return found
@@ -131,6 +134,8 @@ def main() -> None:
     p.add_argument("--hogs", type=int, default=4)
     p.add_argument("--only", nargs="*")
     p.add_argument("--merge", action="store_true", help="add to the runs recorded in bench/results/resume_doctor.json")
+    p.add_argument("--json", type=Path, default=RESULT, help="where the results go (default: %(default)s; a trial run "
+                                                              "elsewhere leaves the recorded results alone)")
     args = p.parse_args()
     info = machine_info()
     try:
@@ -142,8 +147,10 @@ def main() -> None:
     names = [n for n in cmds if not args.only or n in args.only]
     env = {**os.environ, "COURSE_FAST": "1", "COURSE_DATA": str(default_data_root() / "checks")}
     quiet = run_all(names, cmds, args.repeats, env)
-    with cpu_hogs(args.hogs):
-        hogs = run_all(names, cmds, args.hog_repeats, env)
+    hogs = {}
+    if args.hog_repeats > 0:  # no hogs started for nothing
+        with cpu_hogs(args.hogs):
+            hogs = run_all(names, cmds, args.hog_repeats, env)
     if args.merge and RESULT.exists():  # add these runs to the recorded ones (a long bench done in parts)
         before = json.loads(RESULT.read_text())["runs"]
         quiet, hogs = ({n: before[kind].get(n, []) + new.get(n, []) for n in cmds if before[kind].get(n) or new.get(n)}
@@ -154,7 +161,7 @@ def main() -> None:
     print(text)
     write_json("resume_doctor", {"machine": info, "table": text, "rows": rows, "hogs": args.hogs, "torchdata": has_torchdata,
                                  "repeats": args.repeats, "hog_repeats": args.hog_repeats, "merged": args.merge,
-                                 "runs": {"quiet": quiet, "hogs": hogs}})
+                                 "runs": {"quiet": quiet, "hogs": hogs}}, args.json)
 
 
 if __name__ == "__main__":

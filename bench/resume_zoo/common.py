@@ -1,7 +1,8 @@
 """The resume zoo's tiny training run: a correct kill-and-resume loop that each zoo script breaks in one place.
 
 96 random samples of 8 features, 4 classes, an MLP with dropout (the global RNG matters), AdamW, a
-warm-up lr schedule, an EMA of the weights, batches of 8 (12 steps an epoch) in an order that depends
+warm-up lr schedule, an EMA of the weights, a GradScaler (in fp32, where scaling by a power of two is exact: the
+weights are those of a run without it, and its scale and growth tracker still move as under fp16), batches of 8 (12 steps an epoch) in an order that depends
 only on (seed, epoch), a checkpoint every ``--every`` steps and at each epoch end (after its
 evaluation), written atomically. A zoo script subclasses :class:`Run` and overrides one method with
 its upstream bug; ``correct.py`` is the class as it is. Each run takes a second or two, mostly
@@ -49,6 +50,7 @@ class Run:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / 10))
         self.ema = EMA(self.model, decay=0.9)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=4)  # the scale doubles every 4 steps
         self.step = self.epoch = self.batch = 0  # optimizer steps done; the epoch; its batches done
         self.path = Path(self.args.out) / "ckpt.pt"
 
@@ -65,13 +67,14 @@ class Run:
 
     def state(self) -> dict:
         state = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
-                 "ema": self.ema.state_dict(), "where": (self.step, self.epoch, self.batch),
+                 "ema": self.ema.state_dict(), "scaler": self.scaler.state_dict(), "where": (self.step, self.epoch, self.batch),
                  "rng": (torch.get_rng_state(), np.random.get_state(), random.getstate())}
         return {k: v for k, v in state.items() if k not in self.left_out}
 
     def restore(self, s: dict) -> None:
         """What the checkpoint holds; a part it lacks stays as built (how such a bug goes unnoticed)."""
-        for key, part in (("model", self.model), ("opt", self.opt), ("sched", self.sched), ("ema", self.ema)):
+        for key, part in (("model", self.model), ("opt", self.opt), ("sched", self.sched), ("ema", self.ema),
+                          ("scaler", self.scaler)):
             if key in s:
                 part.load_state_dict(s[key])
         self.step, self.epoch, self.batch = s["where"]
@@ -93,11 +96,15 @@ class Run:
         return loss
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        nn.functional.cross_entropy(self.model(x), y).backward()
+        self.backward(nn.functional.cross_entropy(self.model(x), y))
         self.update()
 
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
     def update(self) -> None:
-        self.opt.step()
+        self.scaler.step(self.opt)  # unscales the gradients; steps unless one is inf or nan
+        self.scaler.update()
         self.opt.zero_grad()
         self.sched.step()
         self.ema.update(self.model)

@@ -18,7 +18,7 @@ class Bug(Run):
     micro = 0  # micro-batches of this process: the window restarts at a resume
 
     def train_step(self, x, y) -> None:
-        (nn.functional.cross_entropy(self.model(x), y) / WINDOW).backward()
+        self.backward(nn.functional.cross_entropy(self.model(x), y) / WINDOW)
         self.micro += 1
         if self.micro % WINDOW == 0:
             self.update()

@@ -15,8 +15,9 @@ correct resume is bit-identical) finds the first one and names it.
 Pitfall: the doctor tests the script's checkpoints where the kills leave them: save often (every few
 steps and at each epoch end), or a kill resumes from far back.
 
-The parts: ``probe`` (in the script's process), ``runs`` (commands, kills, chains), ``compare`` (the
-first difference), ``explain`` (its words), ``cli`` (the command). Taught in ``04_checkpoint_resume`` §9;
+The parts: ``probe`` (in the script's process), ``runs`` (commands, kills, chains), ``forks`` (the chains'
+processes forked from one interpreter that imported torch), ``compare`` (the first difference), ``explain``
+(its words), ``cli`` (the command). Taught in ``04_checkpoint_resume`` §9;
 the homework checks (``course_tools/checks/homework_resume.py``) share its machinery.
 
 Example::

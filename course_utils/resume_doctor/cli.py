@@ -7,7 +7,9 @@ and twice in one chain. Every process is recorded step by step from outside its 
 (:mod:`course_utils.resume_doctor.probe`); :mod:`~course_utils.resume_doctor.compare` finds the first
 difference, :mod:`~course_utils.resume_doctor.explain` words it. Prints one short block, writes a JSON
 report; exit 0 when every resume was exact, 1 when one differed, 2 for a usage error or a script that
-fails by itself.
+fails by itself. The uninterrupted run starts in a fresh interpreter; the chains' processes are forked
+from one that imported torch once (:mod:`~course_utils.resume_doctor.forks`; ``--fresh``: each in a
+fresh interpreter), ``--jobs`` chains side by side.
 
 Why kills by step count: a kill decided by watching a log races with the script, and on a busy machine
 lands elsewhere; counting ``optimizer.step()`` inside the process gives the same kill at any load.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,6 +39,7 @@ from typing import Any
 
 from course_utils.resume_doctor.compare import Finding, compare_chain
 from course_utils.resume_doctor.explain import explain, render
+from course_utils.resume_doctor.forks import ForkServer
 from course_utils.resume_doctor.runs import Command, Proc, UsageError, environ, kill_plan, parse_command, \
     run_chain, run_process
 
@@ -59,7 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the diagnosis (default zh)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run unless OMP_NUM_THREADS is set (default 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one process may run (default 600)")
-    p.add_argument("--jobs", type=int, default=3, help="chains run side by side (default 3)")
+    p.add_argument("--jobs", type=int, default=_cores(),
+                   help=f"chains run side by side (default: the CPU cores this process may use, here {_cores()}); "
+                        "the verdict does not depend on it: the kills count optimizer steps")
+    p.add_argument("--fresh", action="store_true",
+                   help="start every process in a fresh interpreter (default: the uninterrupted run does, the chains' "
+                        "processes are forked from one interpreter that has imported torch once)")
     p.add_argument("--chains", default="mid,epoch_end,twice",
                    help="which kill-and-resume chains to run, comma-separated (default: mid,epoch_end,twice)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python SCRIPT ARG... (or python -m MODULE ARG...)")
@@ -104,21 +113,43 @@ def _reference_error(ref: Proc, n: int, lang: str) -> str | None:
     return None
 
 
-def examine(cmd: Command, n: int, workdir: Path, *, lang: str = "zh", threads: int = 1, timeout: float = 600.0,
-            jobs: int = 3, chains: tuple[str, ...] = tuple(_CHAIN_ORDER)) -> dict[str, Any]:
-    """Run the reference and the ``chains`` of ``cmd`` in ``workdir``; the report (``exit_code`` included)."""
-    start, env = time.monotonic(), environ(threads)
-    ref = run_process(cmd, workdir / "ref", 0, resumed=False, kill=None, timeout=timeout, env=env)
-    error = _reference_error(ref, n, lang)
-    report: dict[str, Any] = {"steps": n, "workdir": str(workdir), "lang": lang}
-    if error is not None:
-        report.update(verdict="error", error=error, chains={}, notes=[], exit_code=ERROR)
-        return report
-    plan, epoch, notes = kill_plan(ref, n)
-    plan = {name: kills for name, kills in plan.items() if name in chains}
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _run_chains(cmd: Command, workdir: Path, plan: dict[str, list[int]], timeout: float, env: dict[str, str],
+                jobs: int, server: ForkServer | None) -> dict[str, tuple[list[int], list[Proc]]]:
+    """The chains, ``jobs`` at a time, the longest first."""
+    order = sorted(plan, key=lambda name: -len(plan[name]))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {name: pool.submit(run_chain, cmd, workdir / name, kills, timeout, env) for name, kills in plan.items()}
-        chains = {name: (plan[name], f.result()) for name, f in futures.items()}
+        futures = {name: pool.submit(run_chain, cmd, workdir / name, plan[name], timeout, env, server) for name in order}
+        return {name: (plan[name], futures[name].result()) for name in plan}
+
+
+def examine(cmd: Command, n: int, workdir: Path, *, lang: str = "zh", threads: int = 1, timeout: float = 600.0,
+            jobs: int | None = None, chains: tuple[str, ...] = tuple(_CHAIN_ORDER), fresh: bool = False) -> dict[str, Any]:
+    """Run the reference and the ``chains`` of ``cmd`` in ``workdir``; the report (``exit_code`` included).
+
+    The uninterrupted run starts in a fresh interpreter while the fork server (unless ``fresh``) imports torch."""
+    start, env = time.monotonic(), environ(threads)
+    server = None if fresh else ForkServer(cmd.python, env, workdir / "forks.log")
+    try:
+        ref = run_process(cmd, workdir / "ref", 0, resumed=False, kill=None, timeout=timeout, env=env)
+        error = _reference_error(ref, n, lang)
+        report: dict[str, Any] = {"steps": n, "workdir": str(workdir), "lang": lang}
+        if error is not None:
+            report.update(verdict="error", error=error, chains={}, notes=[], exit_code=ERROR)
+            return report
+        plan, epoch, notes = kill_plan(ref, n)
+        plan = {name: kills for name, kills in plan.items() if name in chains}
+        if server is not None and not server.usable(timeout):
+            notes.append(f"the fork server did not start (see {workdir / 'forks.log'}): every process started fresh")
+            server.close()
+            server = None
+        chains = _run_chains(cmd, workdir, plan, timeout, env, jobs or _cores(), server)
+    finally:
+        if server is not None:
+            server.close()
     unkilled = [f"{name}: p{i}" for name, (kills, procs) in chains.items()
                 for i, p in enumerate(procs) if i < len(kills) and not p.killed()]
     report.update(diagnose(ref, chains, n, epoch, lang), epoch_steps=epoch, notes=notes)
@@ -148,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="resume_doctor_"))
     workdir.mkdir(parents=True, exist_ok=True)
     report = examine(cmd, args.steps, workdir, lang=args.lang, threads=args.threads, timeout=args.timeout,
-                     jobs=args.jobs, chains=chains)
+                     jobs=args.jobs, chains=chains, fresh=args.fresh)
     report["command"] = cmd_args
     path = args.report or workdir / "report.json"
     report["path"] = str(path)

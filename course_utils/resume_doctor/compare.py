@@ -24,6 +24,7 @@ Example::
 """
 from __future__ import annotations
 
+import json
 import math
 import struct
 from collections import Counter
@@ -86,7 +87,8 @@ def _loaded_finding(ref: Proc, loaded: dict[str, Any], c: int, exact: bool) -> t
         if loaded["dtypes"] != want["dtypes"]:
             cause = "dtype"
         gap = max(abs(x - y) for x, y in zip(loaded["psample"], want["psample"])) if want["psample"] else None
-        return "weights", cause, {"dtypes": loaded["dtypes"], "reference_dtypes": want["dtypes"], "max_gap": gap}
+        return "weights", cause, {"dtypes": loaded["dtypes"], "reference_dtypes": want["dtypes"], "max_gap": gap,
+                                  "sampled_values": len(loaded["psample"])}
     start = ref.steps[c]["before"] if c < len(ref.steps) else None  # the reference at the start of step c + 1
     mine = loaded.get("before")
     if start and mine and mine["buffers"] != start["buffers"]:
@@ -101,9 +103,14 @@ def _loaded_finding(ref: Proc, loaded: dict[str, Any], c: int, exact: bool) -> t
 def _extras_finding(mine: dict[str, Any], theirs: dict[str, Any], cause: str) -> tuple[str, str, dict] | None:
     """An EMA (or another module beside the trained one) or a GradScaler that differs at the start of a step."""
     for name in sorted(set(mine["extras"]) | set(theirs["extras"])):
-        if mine["extras"].get(name) != theirs["extras"].get(name):
-            kind = "grad_scaler" if name.startswith("GradScaler") else "ema"
-            return kind, kind if kind == "grad_scaler" else cause, {"module": name}
+        a, b = mine["extras"].get(name), theirs["extras"].get(name)
+        if a == b:
+            continue
+        if not name.startswith("GradScaler"):
+            return "ema", cause, {"module": name}
+        a, b = (json.loads(x) if x else {} for x in (a, b))  # the probe records a scaler's state_dict as JSON
+        return "grad_scaler", "grad_scaler", {"scaler": name, "differs": {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b))
+                                                                         if a.get(k) != b.get(k)}}
     return None
 
 
@@ -176,15 +183,39 @@ def _step_finding(ref: Proc, rec: dict[str, Any], g: int, first: bool, epoch: in
         restarted = rec["lr"] == ref.steps[0]["lr"] and g > 1
         return "scheduler", "lr_restarted" if restarted else "lr_differs", {"lr": rec["lr"], "reference_lr": want["lr"]}
     if rec["out"] != want["out"]:
-        rng = [((r.get("before") or {}).get("rng") or {}).get("torch") for r in (rec, want)]
-        ev = {"torch_rng_equal_before_forward": rng[0] == rng[1]}
-        tags = {e[0] for e in want.get("data") or []}
-        mine = {e[0] for e in rec.get("data") or []}
-        if first and len(tags) > len(mine):
-            return "rng", "drawn_between_save_and_resume", {**ev, "loaders_in_between": sorted(tags - mine)}
-        return "rng", "rng_not_restored", ev
+        ev = {"torch_rng_equal_before_forward": _forward_rng(rec) == _forward_rng(want)}
+        drawn = _loader_draws(rec, want) if first else None
+        return ("rng", drawn[0], {**ev, **drawn[1]}) if drawn else ("rng", "rng_not_restored", ev)
     if rec["params"] != want["params"] or rec["opt"] != want["opt"]:
         return ("optimizer", "optimizer_update", {}) if rec["params"] == want["params"] else ("unknown", "update_differs", {})
+    return None
+
+
+def _forward_rng(rec: dict[str, Any]) -> str | None:
+    """The torch RNG state at the step's first training forward."""
+    return ((rec.get("before") or {}).get("rng") or {}).get("torch")
+
+
+def _loader_draws(rec: dict[str, Any], want: dict[str, Any]) -> tuple[str, dict] | None:
+    """The first resumed step's RNG told apart by the DataLoader iterators that drew a seed from the global generator.
+
+    The resumed process's first global state (at its first such draw, else at its first forward) is looked up
+    among the reference's states of the same step (at each draw, then at the forward): from there on both
+    processes should draw alike. The reference drew with a loader the resumed process did not (an evaluation
+    after the save), or the resumed process drew more often (an iterator the uninterrupted run had built before
+    the save, or one built twice). None: no such state (the RNG was not restored), or the same draws.
+    """
+    mine, theirs = rec.get("draws") or [], want.get("draws") or []
+    start = mine[0][1] if mine else _forward_rng(rec)
+    states = [d[1] for d in theirs] + [_forward_rng(want)]
+    if start is None or start not in states:
+        return None
+    at = states.index(start)
+    ref_tags, my_tags = Counter(d[0] for d in theirs[at:]), Counter(d[0] for d in mine)
+    if ref_tags - my_tags:
+        return "drawn_between_save_and_resume", {"loaders_in_between": sorted(ref_tags - my_tags)}
+    if my_tags - ref_tags:
+        return "loader_drew_more", {"draws": dict(my_tags), "reference_draws": dict(ref_tags)}
     return None
 
 

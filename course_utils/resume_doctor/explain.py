@@ -36,12 +36,17 @@ COMPONENTS = {
 
 # cause -> (zh meaning, zh fix, en meaning, en fix)
 CAUSES: dict[str, tuple[str, str, str, str]] = {
-    "rounded_float16": ("加载后的权重与保存时不同,而且每个值都恰好是 float16 能表示的数: 检查点里的权重存成了 fp16(v.half()),加载时被舍入",
+    "rounded_float16": ("加载后的权重与保存时不同,而且抽样的权重值(前几个参数张量里均匀取的值,个数见证据的 sampled_values)都能用 float16 精确表示,检查点那一步的却不能: "
+                        "检查点里的权重多半存成了 fp16(v.half()),加载时被舍入",
                         "按原来的 dtype 保存 model.state_dict(),不要 .half();要省空间就压缩文件,不要降精度",
-                        "the loaded weights differ, and every value is exactly a float16 number: the checkpoint stored them as fp16 (v.half())",
+                        "the loaded weights differ, and the sampled weight values (evenly spaced in the first parameter tensors; evidence: sampled_values) are all exactly representable "
+                        "in float16, unlike that step's: the checkpoint most likely stored them as fp16 (v.half())",
                         "save model.state_dict() in its own dtype, never .half()"),
-    "rounded_bfloat16": ("加载后的权重与保存时不同,而且每个值都恰好是 bfloat16 能表示的数: 检查点里的权重存成了 bf16",
-                         "按原来的 dtype 保存权重", "the loaded weights are bfloat16 numbers: the checkpoint stored them as bf16",
+    "rounded_bfloat16": ("加载后的权重与保存时不同,而且抽样的权重值(前几个参数张量里均匀取的值,个数见证据的 sampled_values)都能用 bfloat16 精确表示,检查点那一步的却不能: "
+                         "检查点里的权重多半存成了 bf16",
+                         "按原来的 dtype 保存权重",
+                         "the loaded weights differ, and the sampled weight values (evenly spaced in the first parameter tensors; evidence: sampled_values) are all exactly representable "
+                         "in bfloat16, unlike that step's: the checkpoint most likely stored them as bf16",
                          "save the weights in their own dtype"),
     "dtype": ("加载后的权重 dtype 变了", "按原来的 dtype 保存和加载", "the weights' dtype changed on loading",
               "save and load the weights in their own dtype"),
@@ -125,13 +130,29 @@ CAUSES: dict[str, tuple[str, str, str, str]] = {
                                       "weights and batch equal, the output differs; between the save and the next step the uninterrupted run drew "
                                       "from the global generator (the loader named in the evidence, usually an evaluation)",
                                       "give the evaluation's DataLoader its own generator, or save after the evaluation"),
+    "loader_drew_more": ("权重和 batch 都相同,前向的输出不同: 续训的进程恢复了检查点里的 RNG 状态,但在这一步之前,它的 DataLoader "
+                         "从全局随机数生成器取种子的次数比不中断的运行多(证据: draws 对 reference_draws)。每建一个迭代器(iter())"
+                         "就取一个种子,续训的进程多建了迭代器(例如 StatefulDataLoader 读回 epoch 结尾保存的状态后,第一次 iter() 建两个)",
+                         "给 DataLoader 和它的 sampler 各一个自己的 generator(sampler=RandomSampler(ds, generator=g1), "
+                         "generator=g2),它就不再从全局生成器取种子",
+                         "weights and batch equal, the output differs: the resumed process restored the RNG state, but before this step "
+                         "its DataLoader drew a seed from the global generator more often than the uninterrupted run (evidence: draws "
+                         "against reference_draws). Every iterator (iter()) draws one, and the resumed process built more (e.g. a "
+                         "StatefulDataLoader loaded with a state saved at an epoch end builds two on its first iter())",
+                         "give the DataLoader and its sampler a generator each (sampler=RandomSampler(ds, generator=g1), generator=g2): "
+                         "then it draws nothing from the global generator"),
     "ema": ("训练的权重相同,EMA 的权重不同: EMA 没有存进检查点或没有恢复", "检查点存 ema.state_dict()(权重和更新次数),续训时恢复",
             "the trained weights are equal, the EMA's differ: it was not saved or not restored", "save ema.state_dict() and restore it"),
     "ema_update": ("训练的权重相同,这一步之后 EMA 却不同: EMA 的更新次数或 decay 没有恢复", "ema.state_dict() 含更新次数,整份存、整份恢复",
                    "the trained weights are equal, the EMA differs after this step: its update count or decay was not restored",
                    "save and restore the whole ema.state_dict()"),
-    "grad_scaler": ("GradScaler 的缩放系数不同: 它没有存进检查点", "检查点存 scaler.state_dict(),续训时恢复",
-                    "the GradScaler's scale differs: it was not saved", "save scaler.state_dict() and restore it"),
+    "grad_scaler": ("训练的权重相同,GradScaler 的状态不同(证据的 differs 列出不同的项: 缩放系数 scale、连续无溢出的步数 "
+                    "_growth_tracker,各为 [续训的, 不中断的]): 它没有存进检查点或没有恢复。fp16 训练里缩放系数决定哪些步因溢出被跳过",
+                    "检查点存 scaler.state_dict(),续训时 scaler.load_state_dict(...)",
+                    "the trained weights are equal, the GradScaler's state differs (evidence: differs lists the fields, e.g. the scale "
+                    "and _growth_tracker, the steps since the last overflow, as [resumed, uninterrupted]): it was not saved or not "
+                    "restored. In fp16 training the scale decides which steps overflow and are skipped",
+                    "save scaler.state_dict() in the checkpoint and scaler.load_state_dict(...) on resume"),
     "update_differs": ("这一步之前记录的一切(权重、优化器状态、batch、lr、前向输出)都相同,更新后的权重却不同: 记录到的信息不足以判断原因",
                        "还没存的状态(梯度裁剪、自定义的计数器)逐一检查",
                        "everything recorded before this step was equal, yet the updated weights differ: the records cannot tell why",

@@ -4,8 +4,9 @@ What: ``python probe.py --record FILE [--kill K] -- SCRIPT ARG...`` (or ``-- -m 
 script as ``python SCRIPT ARG...`` would (:func:`course_utils.interrupt.run_as_main`) and writes one JSON
 line to ``FILE`` per optimizer step: fingerprints of the parameters and buffers, the optimizer state and
 each group's lr, the RNG states, the batch the step consumed (the inputs of each top-level training
-forward), the model's outputs, the sample indices the DataLoaders yielded, the extra modules (an EMA) and
-a GradScaler. A ``loaded`` line holds the state before the process's first step: after a resume, what the
+forward), the model's outputs, the sample indices the DataLoaders yielded, each DataLoader iterator that drew
+its seed from the global generator (with the torch RNG state before the draw), the extra modules (an EMA)
+and a GradScaler. A ``loaded`` line holds the state before the process's first step: after a resume, what the
 checkpoint restored. ``--kill K``: SIGKILL right after step K is recorded (:mod:`course_utils.interrupt`).
 
 Why from outside: the learner's script changes in nothing (no import, no flag, no log format). Everything
@@ -78,10 +79,14 @@ def _sample(t) -> list[float]:
     return [float(v) for v in flat[::stride][:SAMPLE].float().cpu().tolist()]
 
 
-def _rng() -> dict[str, str]:
+def _torch_rng() -> str:
     import torch
 
-    states = {"torch": hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=8).hexdigest(),
+    return hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=8).hexdigest()
+
+
+def _rng() -> dict[str, str]:
+    states = {"torch": _torch_rng(),
               "python": hashlib.blake2b(repr(random.getstate()).encode(), digest_size=8).hexdigest()}
     np = sys.modules.get("numpy")
     if np is not None:
@@ -100,6 +105,7 @@ class _Recorder:
         self.outputs: list[str] = []
         self.before: dict[str, Any] | None = None  # buffers, extras, RNG at the step's first training forward
         self.data: list[list] = []   # [loader tag, iterator ordinal, position, indices] fetched since the last step
+        self.draws: list[list] = []  # [loader tag, torch RNG before]: iterators that drew a seed from the global generator
         self.extras: list | None = None  # weakrefs to other root modules (an EMA) and GradScalers, found once
         self.iterators: dict[str, int] = {}
 
@@ -136,9 +142,9 @@ def _find_extras(model) -> None:
 
     with warnings.catch_warnings():  # isinstance() on every object touches torch's deprecated lazy aliases
         warnings.simplefilter("ignore")
-        objects = gc.get_objects()
-        modules = [o for o in objects if isinstance(o, torch.nn.Module)]
-        scalers = [o for o in objects if isinstance(o, torch.amp.GradScaler)]
+        found = [o for o in gc.get_objects() if isinstance(o, (torch.nn.Module, torch.amp.GradScaler))]  # one pass
+        modules = [o for o in found if isinstance(o, torch.nn.Module)]
+        scalers = [o for o in found if isinstance(o, torch.amp.GradScaler)]
     trained = {id(p) for p in model.parameters()}
     children = {id(c) for m in modules for c in m.children()}
     roots = [m for m in modules if id(m) not in children and not any(id(p) in trained for p in m.parameters())
@@ -176,8 +182,8 @@ def _before_step(optimizer, *_: Any) -> None:
 def _after_step(optimizer, *_: Any) -> None:
     _rec.steps += 1
     _rec.write({"kind": "step", "n": _rec.steps, "batch": _rec.micro, "out": _rec.outputs, "before": _rec.before,
-                "data": _rec.data, **_optimizer_state(optimizer)})
-    _rec.micro, _rec.outputs, _rec.data, _rec.before = [], [], [], None
+                "data": _rec.data, "draws": _rec.draws, **_optimizer_state(optimizer)})
+    _rec.micro, _rec.outputs, _rec.data, _rec.draws, _rec.before = [], [], [], [], None
 
 
 def _forward_pre(module, args) -> None:
@@ -205,10 +211,12 @@ def _wrap_loader_iterators(dataloader) -> None:
     next_index, next_batch, init = cls._next_index, cls.__next__, cls.__init__
 
     def __init__(self, loader, *args, **kwargs):
-        init(self, loader, *args, **kwargs)
         ds = loader.dataset
         size = len(ds) if hasattr(ds, "__len__") else "?"
         self._rd_tag = f"{type(ds).__name__}:{size}:{loader.batch_size}"
+        if getattr(loader, "generator", None) is None:  # its base seed: one draw from the global generator
+            _rec.draws.append([self._rd_tag, _torch_rng()])
+        init(self, loader, *args, **kwargs)
         self._rd_ordinal = _rec.iterators[self._rd_tag] = _rec.iterators.get(self._rd_tag, -1) + 1
         self._rd_queue, self._rd_position = deque(), 0
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.resume_doctor.forks import ForkServer
+
 __all__ = ["PROBE", "Command", "Proc", "UsageError", "parse_command", "run_process", "parse_records", "read_records", "kill_plan",
            "run_chain"]
 
@@ -129,12 +131,18 @@ def environ(threads: int) -> dict[str, str]:
 
 
 def run_process(cmd: Command, folder: Path, index: int, *, resumed: bool, kill: int | None, timeout: float,
-                env: dict[str, str]) -> Proc:
-    """Run ``cmd`` once with ``folder/run`` as ``{out}``, recorded into ``folder/p<index>.jsonl``."""
+                env: dict[str, str], server: ForkServer | None = None) -> Proc:
+    """Run ``cmd`` once with ``folder/run`` as ``{out}``, recorded into ``folder/p<index>.jsonl``.
+
+    ``server``: forked from it (torch imported once); None: a fresh interpreter."""
     folder.mkdir(parents=True, exist_ok=True)
     record, log = folder / f"p{index}.jsonl", folder / f"p{index}.log"
-    probe = [str(PROBE), "--record", str(record), *(["--kill", str(kill)] if kill else []), "--"]
-    argv = [*cmd.python, *probe, *cmd.argv(folder / "run", resumed)]
+    probe = ["--record", str(record), *(["--kill", str(kill)] if kill else []), "--", *cmd.argv(folder / "run", resumed)]
+    if server is not None:
+        code = server.run(probe, log, timeout)
+        loaded, steps = read_records(record)
+        return Proc(f"p{index}", kill, code if code is not None else -999, log, loaded, steps)
+    argv = [*cmd.python, str(PROBE), *probe]
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -187,12 +195,13 @@ def kill_plan(ref: Proc, n: int) -> tuple[dict[str, list[int]], int | None, list
     return plan, epoch, notes
 
 
-def run_chain(cmd: Command, folder: Path, kills: list[int], timeout: float, env: dict[str, str]) -> list[Proc]:
+def run_chain(cmd: Command, folder: Path, kills: list[int], timeout: float, env: dict[str, str],
+              server: ForkServer | None = None) -> list[Proc]:
     """Kill after each of ``kills`` (counted in its own process), resume in the same folder; the last runs to the end."""
     procs = []
     for i in range(len(kills) + 1):
         kill = kills[i] if i < len(kills) else None
-        proc = run_process(cmd, folder, i, resumed=i > 0, kill=kill, timeout=timeout, env=env)
+        proc = run_process(cmd, folder, i, resumed=i > 0, kill=kill, timeout=timeout, env=env, server=server)
         procs.append(proc)
         if kill is not None and not proc.killed():
             break  # it ended before the kill (or crashed): compare tells
