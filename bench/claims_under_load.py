@@ -10,6 +10,7 @@ threads follow ``configure_cpu_threads``), except that claims run in record mode
 
     python bench/claims_under_load.py --repeats 10 --hogs 4            # the notebooks of issue 49's list
     python bench/claims_under_load.py --repeats 1 --hogs 0 06 08b      # one quiet run of 06 and 08b, to time them
+    python bench/claims_under_load.py 04:36 06                         # 04 up to its cell 36 (0-based), 06 as usual
 
 Prints the machine, the load average, each notebook's run times and a table: notebook, claim, held k/N, and
 min/median/max of each number the claim compared. Writes bench/results/claims_under_load.json (every claim of
@@ -41,11 +42,14 @@ DEFAULT = ["01", "04", "05", "06", "07", "08_", "08b", "11"]
 SHOWN = 44  # characters of a statement in the printed table (the JSON keeps it whole)
 
 
-def notebooks(prefixes: list[str]) -> list[Path]:
-    """The solution notebooks whose names start with one of ``prefixes`` (``08_`` is 08 without 08b)."""
-    found = [p for p in sorted(SOLUTIONS.glob("[0-9][0-9]*_*.ipynb")) if any(p.name.startswith(x) for x in prefixes)]
+def notebooks(prefixes: list[str]) -> list[tuple[Path, int | None]]:
+    """The solution notebooks whose names start with one of ``prefixes`` (``08_`` is 08 without 08b), each with
+    the last cell to run when the prefix names one (``04:36``: cells 0 to 36), else None."""
+    last = {prefix.partition(":")[0]: int(prefix.partition(":")[2]) if ":" in prefix else None for prefix in prefixes}
+    found = [(p, next(cell for x, cell in last.items() if p.name.startswith(x)))
+             for p in sorted(SOLUTIONS.glob("[0-9][0-9]*_*.ipynb")) if any(p.name.startswith(x) for x in last)]
     if not found:
-        raise SystemExit(f"no solution notebook starts with {' or '.join(prefixes)}")
+        raise SystemExit(f"no solution notebook starts with {' or '.join(last)}")
     return found
 
 
@@ -67,15 +71,16 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def execute(path: Path, record: Path, upto_last_claim: bool, timeout: int) -> dict[str, Any]:
-    """One in-memory run of ``path`` with claims recorded to ``record``: seconds, cells run, the error if any."""
+def execute(path: Path, record: Path, upto: int | None, upto_last_claim: bool, timeout: int) -> dict[str, Any]:
+    """One in-memory run of ``path`` with claims recorded to ``record``, up to cell ``upto`` (None: to the last claim
+    cell with ``upto_last_claim``, else to the end): seconds, cells run, the error if any."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     nb = nbformat.read(path, as_version=4)
-    if upto_last_claim:
-        nb.cells = nb.cells[:last_claim_cell(nb.cells) + 1]
+    if upto is not None or upto_last_claim:
+        nb.cells = nb.cells[:(last_claim_cell(nb.cells) if upto is None else upto) + 1]
     os.environ.update({**quiet_environ(), "COURSE_CLAIMS": f"{RECORD_PREFIX}{record}"})  # the kernel inherits it
     start, error = time.perf_counter(), None
     try:
@@ -143,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="claims_") as tmp, cpu_hogs(args.hogs):
         time.sleep(10 if args.hogs else 0)  # let the 1-minute load average climb before the first run
         threading.Thread(target=sample, daemon=True).start()
-        for path in paths:
+        for path, cell in paths:
             runs = []
             for k in range(args.repeats):
-                run = execute(path, Path(tmp) / f"{path.stem}.{k}.jsonl", args.upto_last_claim, args.timeout)
+                run = execute(path, Path(tmp) / f"{path.stem}.{k}.jsonl", cell, args.upto_last_claim, args.timeout)
                 runs.append(run)
                 print(f"{path.stem} run {k + 1}/{args.repeats}: {run['seconds']} s, {len(run['claims'])} claims"
                       + (f", error: {run['error']}" if run["error"] else ""), flush=True)

@@ -17,8 +17,9 @@ def bench():
 
 
 def test_prefixes_pick_notebooks(bench):
-    assert [p.name for p in bench.notebooks(["08_"])] == ["08_time_estimate.ipynb"]
-    assert [p.name for p in bench.notebooks(["08"])] == ["08_time_estimate.ipynb", "08b_flops_memory.ipynb"]
+    assert [(p.name, cell) for p, cell in bench.notebooks(["08_"])] == [("08_time_estimate.ipynb", None)]
+    assert [(p.name, cell) for p, cell in bench.notebooks(["08", "04:36"])] == [
+        ("04_checkpoint_resume.ipynb", 36), ("08_time_estimate.ipynb", None), ("08b_flops_memory.ipynb", None)]
     with pytest.raises(SystemExit):
         bench.notebooks(["99"])
 
