@@ -1,48 +1,22 @@
 """Bubblewrap sandboxes for learner code: one Jupyter kernel per graded notebook, one sandbox per run of a
 homework script (instructor tool).
 
-The grader never trusts the learner's code with anything it could abuse. Kernels are started through
-a kernel spec whose command is ``bwrap`` (Debian package ``bubblewrap``): :class:`KernelBox`
-(:mod:`course_grader.sandbox.notebook_box`); homework scripts through :class:`ScriptBox`
-(:mod:`course_grader.sandbox.script_box`), the launcher the homework checks
-(:mod:`course_tools.checks.nb10_homework`) call. Both get the same mounts, environment and limits:
+The grader never trusts the learner's code with anything it could abuse. Kernels start through a kernel
+spec whose command is ``bwrap`` (Debian package ``bubblewrap``): :class:`KernelBox`; homework scripts
+through :class:`ScriptBox`, the launcher the homework checks (:mod:`course_tools.checks.nb10_homework`)
+call (:mod:`~course_grader.sandbox.boxes`). Both get the same parts:
 
-- the root file system (:mod:`course_grader.sandbox.mounts`) is an empty tmpfs with only what
-  Python needs bound read-only, each at its real path: ``/usr``, a few files of ``/etc`` (no
-  ``shadow``, no keys), the Python installation, the virtual environment (``sys.prefix``; in the
-  README's layout that is ``.venv`` in the repository root, so the kernel sees ``.venv`` beside the
-  two packages) and the two course packages (``course_utils``, ``course_tools``) that the GRADER
-  imported. Nothing else of the repository exists inside: no ``solutions/``, ``.git``, ``tests/``,
-  submissions, reports or grader files. ``PYTHONPATH`` inside is the folder holding the grader's packages, so the sandbox imports
-  exactly them even when the environment's editable install points at another checkout (whose
-  files are not mounted);
-- writable: ``/scratch`` (the kernel's working folder), ``/tmp``, ``/dev/shm`` and an empty
-  ``$HOME``, all tmpfs with a size cap, gone when the sandbox exits; a homework script
-  additionally writes its own run folder (the one host path it can change, watched for size by
-  the grader); the rest of the tree is read-only;
-- a scrubbed environment (``--clearenv``: only PATH, HOME, PYTHONPATH, the quiet settings);
-- new PID, network, IPC, UTS and user namespaces: the code sees only its own processes, every
-  process it starts dies with the sandbox, and there is no network. The kernel talks to the grader
-  over Unix sockets (jupyter_client's ``ipc`` transport) in a private folder bound into the sandbox:
-  TCP ports inside a network namespace are unreachable from outside, Unix sockets are not;
-- limits (:mod:`course_grader.sandbox.limits`): ``RLIMIT_AS`` (address space per process; ``import
-  torch`` alone maps about 3.4 GiB, so the default is 6 GiB), ``RLIMIT_FSIZE``, no core files, and a
-  memory + pids cgroup where one is writable (:mod:`course_grader.sandbox.cgroup`); the sandbox dies
-  with the grader (``PR_SET_PDEATHSIG``) and with its launcher (``--die-with-parent``): ``os.killpg``
-  of the process a :class:`ScriptBox` returns ends the whole sandbox, and that process's ``wait()``
-  returns once all of it is gone;
-- CPU time: each box counts the CPU seconds its sandbox uses (the cgroup's counter, else the
-  process tree's), for limits that do not depend on the machine's load; ``KernelBox.end`` and the
-  runs' ``wait`` SIGKILL every process of the sandbox and wait for them
-  (:mod:`course_grader.sandbox.procs`);
-- ``interrupt_mode: message``: an interrupt is a message, never a signal to the sandbox's process
-  group (which would kill the sandbox).
+- the mounts and the environment (:mod:`~course_grader.sandbox.mounts`): an empty root with only what
+  Python needs bound read-only (no ``solutions/``, ``.git``, ``tests/``, submissions or reports), size-capped
+  tmpfs to write in, ``--clearenv``, new PID, network, IPC, UTS and user namespaces; the kernel talks to the
+  grader over Unix sockets in a private folder (TCP ports in a network namespace are unreachable);
+- the limits (:mod:`~course_grader.sandbox.limits`, :mod:`~course_grader.sandbox.cgroup`): address space,
+  file size, no core files, a memory + pids cgroup where one is writable; the sandbox dies with the grader;
+- the processes (:mod:`~course_grader.sandbox.procs`): the sandbox's CPU seconds (limits that do not depend on
+  the machine's load), and every process SIGKILLed and waited for when the box ends.
 
-The one host folder a kernel can write is its connection folder (the sockets must be created
-there); the grader watches its size while the kernel runs (:meth:`KernelBox.connection_abuse`)
-and deletes it afterwards. ``--no-sandbox`` runs the same kernels and scripts without bwrap (same
-scrubbed environment, same limits, ``ipc`` transport) for trusted code and for measuring the
-sandbox's cost.
+``--no-sandbox`` runs the same kernels and scripts without bwrap (same scrubbed environment, same limits,
+``ipc`` transport) for trusted code and for measuring the sandbox's cost.
 
 This module is the front door: :func:`check_available` (can a sandbox be built here? raises
 :class:`SandboxUnavailable` with the true reason, in Chinese), :func:`private_dir` (a grading run's own
@@ -68,9 +42,8 @@ from course_grader.sandbox.limits import GiB, MiB, Limits, launch_config, launch
 # ``_bwrap_args``: the name the tests and :func:`_probe` use for the mounts' command line
 from course_grader.sandbox.mounts import (SANDBOX_CWD, SANDBOX_HOME, bwrap_args as _bwrap_args, course_packages,
                                          kernel_env, package_roots, readonly_paths)
-from course_grader.sandbox.notebook_box import KERNEL_NAME, KernelBox
+from course_grader.sandbox.boxes import KERNEL_NAME, KernelBox, ScriptBox, folder_size
 from course_grader.sandbox.procs import SandboxPopen, SandboxProcesses
-from course_grader.sandbox.script_box import ScriptBox, folder_size
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
            "package_roots", "readonly_paths", "kernel_env", "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox",

@@ -4,16 +4,11 @@ Why: the grader limits what learner code *computes* (CPU seconds, :mod:`course_t
 busy machine does not cost honest work its marks; and it must not return, or write its final report,
 while any process of a sandbox is still alive.
 
-How:
-
-- :class:`~course_grader.sandbox.cgroup.Cgroup` (:mod:`course_grader.sandbox.cgroup`): the sandbox's
-  cgroup where one is writable; its counter includes processes that already exited, orphans too.
-- :class:`SandboxProcesses`: the processes of one sandbox (the cgroup's members, and those seen in
-  the tree under its top process), its CPU clock (the cgroup's counter, else a
-  :class:`~course_tools.cputime.TreeClock` of the top pid), and :meth:`SandboxProcesses.end`:
-  SIGKILL them all and wait, bounded, until none is alive.
-- :class:`SandboxPopen`: the ``Popen`` a :class:`~course_grader.sandbox.script_box.ScriptBox` returns, with
-  ``cpu_seconds()`` and a ``wait()`` that returns once the whole sandbox has ended.
+How: :class:`SandboxProcesses` follows the sandbox's processes (the members of its
+:class:`~course_grader.sandbox.cgroup.Cgroup` where one is writable, and those seen in the tree under its top
+process), reads its CPU clock (the cgroup's counter, which includes exited processes and orphans, else a
+:class:`~course_tools.cputime.TreeClock` of the top pid) and ends them all; :class:`SandboxPopen` is the
+``Popen`` a :class:`~course_grader.sandbox.boxes.ScriptBox` returns.
 
 Pitfall: bubblewrap's inner process (PID 1 of the sandbox's PID namespace) runs in a session of its
 own (``--new-session``), so ``os.killpg`` of the outer pid does not reach it: it dies a moment later
@@ -117,7 +112,7 @@ class SandboxProcesses:
 
 
 class SandboxPopen(subprocess.Popen):
-    """One run of a :class:`~course_grader.sandbox.script_box.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
+    """One run of a :class:`~course_grader.sandbox.boxes.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
     ``wait()`` that returns only once every process of the sandbox has ended.
 
     ``info``: the pipe (read end, write end) whose write end bwrap got as ``--info-fd``; the inner

@@ -1,0 +1,230 @@
+"""The two sandboxes learner code runs in: a notebook's Jupyter kernel (:class:`KernelBox`) and one run of a
+homework script (:class:`ScriptBox`, the homework checks' launcher).
+
+Part of :mod:`course_grader.sandbox`. Both start through :func:`box_command`: the launcher stub that applies
+the limits and joins the box's own cgroup (:mod:`course_grader.sandbox.limits`), then ``bwrap`` with the
+mounts and environment of :mod:`course_grader.sandbox.mounts`; ``sandbox=False`` (``--no-sandbox``): the
+same stub, environment and limits without bwrap. A :class:`KernelBox` is a randomly named folder (mode 0700)
+in the grader's private folder holding the kernel spec and the connection folder: the kernel talks to the
+grader over Unix sockets there (jupyter_client's ``ipc`` transport, since TCP ports inside a network
+namespace are unreachable from outside); it is the one host folder the kernel can write, and
+:meth:`KernelBox.connection_abuse` watches its size. ``interrupt_mode: message``: an interrupt is a
+message, never a signal to the sandbox's process group (which would kill the sandbox). A
+:class:`ScriptBox` shows the learner's scripts read-only at their real path and makes the run's own folder
+the one host path it can change (:func:`folder_size` watched, the sandbox killed past ``Limits.disk``).
+Each box is the :class:`~course_grader.sandbox.procs.SandboxProcesses` of its sandbox (a script run: its
+:class:`~course_grader.sandbox.procs.SandboxPopen`): every process gone when it ends.
+
+Example::
+
+    box = KernelBox(private_dir(), Limits(), threads=1)
+    # AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(),
+    #                    transport="ipc", ip=box.ip, connection_file=box.connection_file)
+    box.started(km.provisioner.pid)        # then box.cpu_seconds() is the kernel's CPU clock
+    box.close()                            # every process of the sandbox killed and gone
+    scripts = ScriptBox(scripts=(scratch,))   # a homework check's launcher
+    proc = scripts([sys.executable, str(scratch / "train_cifar.py"), "--out", str(run)], cwd=scratch,
+                   env=os.environ.copy(), stdout=log, writable=run)
+    scripts.close()
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from course_grader.sandbox.cgroup import Cgroup
+from course_grader.sandbox.limits import MiB, Limits, launch_config, launcher_command
+from course_grader.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
+from course_grader.sandbox.procs import SandboxPopen, SandboxProcesses
+
+if TYPE_CHECKING:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+__all__ = ["KERNEL_NAME", "box_command", "KernelBox", "ScriptBox", "folder_size"]
+
+KERNEL_NAME = "course-grading"
+_CONN_LIMIT = 16 * MiB  # bytes the kernel may leave in its connection folder (sockets and the JSON are tiny)
+_CONN_ENTRIES = 64
+
+
+def box_command(limits: Limits, env: dict[str, str], argv: list[str], cgroup: Cgroup | None = None,
+                writable: list[Path] = (), *, sandbox: bool = True, info_fd: int | None = None, **mounts) -> list[str]:
+    """The command that runs ``argv`` in a sandbox: the launcher stub (``limits``, ``cgroup``), then bwrap with
+    ``env`` as the whole environment, ``writable`` and ``mounts`` (:func:`bwrap_args`) and, with ``info_fd``,
+    bwrap's inner pid written there; ``sandbox=False``: ``argv`` itself in ``env``, same limits."""
+    if not sandbox:
+        return launcher_command(launch_config(limits, env, None), argv)
+    info = ["--info-fd", str(info_fd)] if info_fd is not None else []
+    return launcher_command(launch_config(limits, None, cgroup),
+                            ["bwrap", *info, *bwrap_args(limits, env, list(writable), **mounts), "--", *argv])
+
+
+@dataclass
+class KernelBox(SandboxProcesses):
+    """The private files and the kernel spec of one kernel run (outside the sandbox, mode 0700), and the processes
+    of its sandbox (:meth:`started` with the kernel's pid, then :meth:`cpu_seconds`, :meth:`end`).
+
+    ``private_dir`` is the grader's own folder; each box is a randomly named folder in it holding
+    the kernel spec, the connection folder (``ip`` = socket path prefix) and, without the sandbox,
+    the kernel's working folder, home and tmp.
+    """
+
+    private_dir: Path
+    limits: Limits = field(default_factory=Limits)
+    threads: int = 0
+    sandbox: bool = True
+
+    def __post_init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="k", dir=self.private_dir))
+        self.conn = self.dir / "c"
+        self.conn.mkdir(mode=0o700)
+        self.kernels = self.dir / "kernels"
+        self.connection_file = str(self.conn / "kernel.json")
+        self.ip = str(self.conn / "s")
+        SandboxProcesses.__init__(self, Cgroup.create(self.limits) if self.sandbox else None)
+        if self.sandbox:
+            self.cwd = str(self.dir)  # the launcher's cwd outside; inside, bwrap --chdir /scratch
+            env = kernel_env(SANDBOX_HOME, "/tmp", self.threads)
+        else:
+            for name in ("work", "home", "tmp"):
+                (self.dir / name).mkdir()
+            self.cwd = str(self.dir / "work")
+            env = kernel_env(str(self.dir / "home"), str(self.dir / "tmp"), self.threads)
+        command = box_command(self.limits, env, [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                              self.cgroup, [self.conn], sandbox=self.sandbox)
+        spec = self.kernels / KERNEL_NAME
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": command, "display_name": "course grading (sandboxed)" if self.sandbox else "course grading",
+            "language": "python", "interrupt_mode": "message", "metadata": {"debugger": False}}))
+
+    kernel_name = KERNEL_NAME
+
+    def spec_manager(self) -> KernelSpecManager:
+        """A KernelSpecManager that knows only this box's kernel spec."""
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        return KernelSpecManager(kernel_dirs=[str(self.kernels)])
+
+    def connection_abuse(self) -> bool:
+        """True when the kernel has written more than a few sockets' worth into its connection folder."""
+        total = 0
+        try:
+            with os.scandir(self.conn) as entries:
+                for n, entry in enumerate(entries):
+                    if n >= _CONN_ENTRIES:
+                        return True
+                    total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            return False
+        return total > _CONN_LIMIT
+
+    def close(self) -> None:
+        """End the kernel's sandbox, remove its cgroup and the box's folder."""
+        self.end()
+        if self.cgroup:
+            self.cgroup.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def folder_size(folder: Path, limit: int) -> int:
+    """Bytes under ``folder`` (never following a link), counting stops once past ``limit``; entries count 4 KiB."""
+    total = 0
+    stack = [folder]
+    while stack and total <= limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    total += 4096
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
+@dataclass
+class ScriptBox:
+    """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner.
+
+    Each call starts one run of a learner's script in its own sandbox (own cgroup, same mounts and
+    limits as a kernel): ``scripts`` (the scratch copy of this learner's scripts) appears at its real
+    path as a private tmpfs holding its files read-only (a script may write beside itself, as on
+    the learner's machine: those files vanish with the sandbox), ``readable`` is bound read-only,
+    ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
+    A watcher thread kills the sandbox when the run folder grows past ``limits.disk`` and says so
+    in the run's log. ``proc.cpu_seconds()`` of the :class:`SandboxPopen` returned is the CPU time of the
+    run's whole sandbox (what :func:`course_tools.cputime.cpu_clock` reads). ``sandbox=False``: no bwrap
+    (trusted scripts, and the baseline of ``bench/grading.py``). :meth:`close` after the check ends what is
+    left and removes the cgroups.
+    """
+
+    scripts: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    threads: int = 1
+    sandbox: bool = True
+
+    def __post_init__(self) -> None:
+        self._runs: list[SandboxPopen] = []
+        self.killed: list[str] = []   # one line per run the watcher stopped
+
+    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
+                 writable: Path) -> SandboxPopen:
+        # What the check set (unbuffered output, one thread, ...), never what the instructor's shell holds.
+        own = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        writable = Path(writable).resolve()
+        if self.sandbox:
+            inner = {**kernel_env(SANDBOX_HOME, "/tmp", self.threads), **own}
+            cgroup = Cgroup.create(self.limits)
+            info = os.pipe()  # bwrap writes its inner pid here (--info-fd): the kill of the outer one misses it
+            command = box_command(self.limits, inner, argv, cgroup, [writable], info_fd=info[1],
+                                  readable=self.readable, cwd=str(cwd), scripts=self.scripts)
+            where, fds = None, (info[1],)
+        else:
+            home = writable.parent / f".{writable.name}.home"
+            home.mkdir(exist_ok=True)
+            inner = {**kernel_env(str(home), str(home), self.threads), **own}
+            command, where = box_command(self.limits, inner, argv, sandbox=False), cwd
+            cgroup, info, fds = None, None, ()
+        proc = SandboxPopen(command, cgroup=cgroup, info=info, cwd=where, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=fds)
+        self._runs.append(proc)
+        threading.Thread(target=self._watch, args=(proc, writable, stdout), daemon=True).start()
+        return proc
+
+    def _watch(self, proc: SandboxPopen, folder: Path, log: IO) -> None:
+        while proc.poll() is None:
+            proc.sandbox.look()  # without a cgroup, what the sandbox's processes are
+            if folder_size(folder, self.limits.disk) > self.limits.disk:
+                proc.sandbox.end()
+                line = (f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),"
+                        f"已终止整个沙箱")
+                self.killed.append(line)
+                try:
+                    log.write(f"\n{line}\n")
+                    log.flush()
+                except (OSError, ValueError):
+                    pass
+                return
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        """End every run's sandbox (killing what still runs), wait for all of its processes, remove the cgroups."""
+        for proc in self._runs:
+            proc.sandbox.end()
+            proc.wait()
+            if proc.sandbox.cgroup:
+                proc.sandbox.cgroup.close()
+        self._runs.clear()
