@@ -25,14 +25,13 @@ import base64
 import io
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from course_grader.report import Grade, counted, pass_rates
+from course_grader.report import Grade, counted, learner_scores, pass_rates
 
-__all__ = ["CheckRow", "learner_scores", "discrimination", "check_rows", "figure_uri", "score_chart",
+__all__ = ["CheckRow", "discrimination", "check_rows", "figure_uri", "score_chart",
            "chart_label", "pass_rate_chart"]
 
 _MIN_LEARNERS = 3
@@ -51,19 +50,6 @@ class CheckRow:
     @property
     def rate(self) -> float:
         return self.passed / self.graded if self.graded else 0.0
-
-
-def learner_scores(grades: list[Grade], only: Callable[[Grade], bool] | None = None) -> dict[str, tuple[int, int]]:
-    """learner -> (checks passed, checks in total) over all their rows (``only``: the rows it keeps), as the
-    feedback's 总分 counts them."""
-    totals: dict[str, list[int]] = {}
-    for g in grades:
-        if only is not None and not only(g):
-            continue
-        acc = totals.setdefault(g.key[0], [0, 0])
-        acc[0] += g.passed
-        acc[1] += g.total
-    return {name: (p, t) for name, (p, t) in totals.items()}
 
 
 def _correlation(xs: list[float], ys: list[float]) -> float | None:

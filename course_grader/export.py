@@ -38,7 +38,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_grader.report import Grade, safe_field
+from course_grader.report import Grade, by_learner, learner_scores, safe_field
 
 __all__ = ["FORMATS", "ROSTER_COLUMNS", "RosterError", "Entry", "Gradebook", "read_roster", "gradebook",
            "layout", "write_export"]
@@ -103,13 +103,9 @@ def gradebook(grades: list[Grade], roster: dict[str, Entry] | None = None) -> Gr
     """One row per learner graded or on the roster; ``unmatched`` names both kinds of mismatch."""
     roster = roster if roster is not None else {}
     assignments = sorted({g.key[1].removesuffix(".ipynb") for g in grades})
-    scores: dict[str, dict[str, float]] = {}
-    totals: dict[str, list[int]] = {}
-    for g in grades:
-        scores.setdefault(g.key[0], {})[g.key[1].removesuffix(".ipynb")] = round(g.score * 100, 1)
-        acc = totals.setdefault(g.key[0], [0, 0])
-        acc[0] += g.passed
-        acc[1] += g.total
+    totals = learner_scores(grades)
+    scores = {name: {g.key[1].removesuffix(".ipynb"): round(g.score * 100, 1) for g in rows}
+              for name, rows in by_learner(grades).items()}
     book = Gradebook(assignments)
     for learner in sorted(scores):
         p, t = totals[learner]

@@ -37,11 +37,11 @@ from urllib.parse import quote
 
 import nbformat
 
-from course_grader.class_stats import check_rows, learner_scores, pass_rate_chart, score_chart
+from course_grader.class_stats import check_rows, pass_rate_chart, score_chart
 from course_grader.homework import NOTEBOOK as HOMEWORK
 from course_grader.plan import cell_source, check_function, make_plan
-from course_grader.report import Grade, feedback_names
-from course_grader.similarity import OVERALL, Block, SimilarityRow, matched_blocks
+from course_grader.report import Grade, by_learner, feedback_names, learner_scores, percent
+from course_grader.similarity import OVERALL, Block, SimilarityRow, matched_blocks, ranked
 from course_grader.upgrades import upgrade_label
 
 __all__ = ["REPRODUCE", "Guide", "check_guide", "SimilarPair", "similar_pairs", "read_similar_pairs", "html_table",
@@ -114,7 +114,7 @@ def similar_pairs(rows: list[SimilarityRow], sources: dict[str, dict[str, str]],
                   baseline: dict[str, str]) -> list[SimilarPair]:
     """The flagged rows, highest first; ``sources``: learner or reference name -> script name -> source."""
     pairs = []
-    for row in sorted((r for r in rows if r.flagged), key=lambda r: (-r.score, r.learner, r.other, r.script)):
+    for row in (r for r in ranked(rows) if r.flagged):
         a, b = sources.get(row.learner, {}).get(row.script), sources.get(row.other, {}).get(row.script)
         blocks = matched_blocks(a, b, baseline.get(row.script, "")) if a and b and row.script != OVERALL else []
         pairs.append(SimilarPair(row, blocks))
@@ -138,10 +138,6 @@ def html_table(head: list[str], rows: list[list[str]], raw: frozenset[int] = fro
     body = "".join("<tr>" + "".join(f"<td>{c if k in raw else escape(c)}</td>" for k, c in enumerate(r)) + "</tr>\n"
                    for r in rows)
     return f"<table><tr>{cells}</tr>\n{body}</table>\n"
-
-
-def _percent(passed: int, total: int) -> str:
-    return f"{passed / total:.0%}" if total else "-"
 
 
 def _checks_section(grades: list[Grade]) -> str:
@@ -179,7 +175,7 @@ def class_page(grades: list[Grade], pairs: list[SimilarPair], links: dict[str, s
     scores = learner_scores(grades)
     parts = [learner_scores(grades, lambda g: g.key[1] != HOMEWORK), learner_scores(grades, lambda g: g.key[1] == HOMEWORK)]
     learners = html_table(["学员", "总分", "得分率", "notebook", "作业", "反馈"],
-                          [[escape(name), f"{p}/{t}", _percent(p, t),
+                          [[escape(name), f"{p}/{t}", percent(p, t),
                             *(f"{s[name][0]}/{s[name][1]}" if s.get(name, (0, 0))[1] else "-" for s in parts),
                             f"<a href=\"{escape(links[name])}\">反馈</a>"]
                            for name, (p, t) in sorted(scores.items())], raw=frozenset({0, 5}))
@@ -212,7 +208,7 @@ def feedback_page(learner: str, grades: list[Grade], guide: Guide, back: str = "
     """One learner's page: the total, then per notebook the failed checks (message, hint tier 1, reproduce)."""
     passed, total = sum(g.passed for g in grades), sum(g.total for g in grades)
     out = [_HEAD.format(title=f"批改反馈: {escape(learner)}"), f"<h1>批改反馈: {escape(learner)}</h1>\n",
-           f"<p>总分: {passed}/{total}({_percent(passed, total)})· <a href=\"{escape(back)}\">班级报告</a></p>\n"]
+           f"<p>总分: {passed}/{total}({percent(passed, total)})· <a href=\"{escape(back)}\">班级报告</a></p>\n"]
     for g in sorted(grades, key=lambda g: g.notebook):
         out.append(f"<h2>{escape(g.key[1])}: {g.passed}/{g.total}</h2>\n")
         if g.commits:
@@ -239,13 +235,11 @@ def write_pages(report: Path, grades: list[Grade], guide: Guide | None = None,
     guide = guide or Guide()
     if pairs is None:
         pairs = read_similar_pairs(report.with_name(report.stem + ".similarity.csv"))
-    by_learner: dict[str, list[Grade]] = {}
-    for g in grades:
-        by_learner.setdefault(g.key[0], []).append(g)
+    rows = by_learner(grades)
     page = report.with_suffix(".html")
     links = {}
-    for learner, base in feedback_names(list(by_learner)).items():
-        text = feedback_page(learner, by_learner[learner], guide, back=f"../{quote(page.name)}")
+    for learner, base in feedback_names(list(rows)).items():
+        text = feedback_page(learner, rows[learner], guide, back=f"../{quote(page.name)}")
         (folder / f"{base}.html").write_text(text, encoding="utf-8")
         links[learner] = f"{quote(folder.name)}/{quote(base)}.html"
     page.write_text(class_page(grades, pairs, links, list(sections)), encoding="utf-8")

@@ -31,7 +31,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import hashlib
 import importlib
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from course_grader.hand_in import digest
 from course_grader.plan import cell_source, check_function, make_plan, read_notebook
-from course_grader.report import CheckOutcome, Grade, load_report, safe_field
+from course_grader.report import CheckOutcome, Grade, load_report, safe_field, write_rows
 from course_grader.upgrades import upgrade_label
 from course_tools.checks.nb10_homework import UPGRADES
 
@@ -205,10 +204,7 @@ def finish(report: Path, grades: list[Grade], settings: dict) -> str:
     if old is None:
         return ""
     rows = diff_rows(old, grades)
-    with open(report.with_name(report.stem + ".diff.csv"), "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=DIFF_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(report.with_name(report.stem + ".diff.csv"), DIFF_COLUMNS, rows)
     from course_grader.html_report import html_table
 
     shown = {"1": "✅", "0": "❌", "": "-"}

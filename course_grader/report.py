@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,8 +32,9 @@ from course_grader.collect import Finding
 from course_grader.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "row_columns",
-           "check_columns", "step_columns", "Report", "load_report",
-           "merge_reports", "counted", "pass_rates", "pass_rate_table", "feedback_names", "feedback_markdown", "table"]
+           "check_columns", "step_columns", "write_rows", "Report", "load_report", "merge_reports", "by_learner",
+           "learner_scores", "percent", "counted", "pass_rates", "pass_rate_table", "feedback_names",
+           "feedback_markdown", "table"]
 
 COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
 CHECK_COLUMNS = ("learner", "notebook", "check", "passed", "message")
@@ -116,6 +118,14 @@ def _sibling(report: Path, suffix: str) -> Path:
     return report.with_name(report.stem + suffix)
 
 
+def write_rows(path: Path, columns: tuple[str, ...], rows) -> None:
+    """A CSV file: the header ``columns``, then ``rows`` (dicts)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
     if not path.exists():
         return []
@@ -179,11 +189,9 @@ class Report:
         self.done.add(grade.key)
 
     def write_files(self, findings: list[Finding]) -> None:
-        with open(self.files_path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=FILE_COLUMNS)
-            writer.writeheader()
-            writer.writerows({"path": safe_field(x.path), "learner": safe_field(x.learner), "status": x.status,
-                              "reason": safe_field(x.reason)} for x in findings)
+        write_rows(self.files_path, FILE_COLUMNS, ({"path": safe_field(x.path), "learner": safe_field(x.learner),
+                                                    "status": x.status, "reason": safe_field(x.reason)}
+                                                   for x in findings))
 
     def finish(self, grades: list[Grade]) -> None:
         """Close the row files; write the pass rates and one feedback file per learner."""
@@ -193,17 +201,33 @@ class Report:
 
 
 def _write_derived(grades: list[Grade], pass_rate_path: Path, feedback_dir: Path) -> None:
-    with open(pass_rate_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["notebook", "check", "passed", "graded", "rate"])
-        for notebook, check, passed, graded in pass_rates(grades):
-            writer.writerow([notebook, check, passed, graded, f"{passed / graded:.3f}" if graded else ""])
+    write_rows(pass_rate_path, ("notebook", "check", "passed", "graded", "rate"),
+               ({"notebook": nb, "check": check, "passed": p, "graded": n, "rate": f"{p / n:.3f}" if n else ""}
+                for nb, check, p, n in pass_rates(grades)))
     feedback_dir.mkdir(parents=True, exist_ok=True)
-    by_learner: dict[str, list[Grade]] = {}
+    rows = by_learner(grades)
+    for learner, base in feedback_names(list(rows)).items():
+        (feedback_dir / f"{base}.md").write_text(feedback_markdown(learner, rows[learner]), encoding="utf-8")
+
+
+def by_learner(grades: list[Grade]) -> dict[str, list[Grade]]:
+    """learner (as in the report's column) -> their rows, in the order of ``grades``."""
+    rows: dict[str, list[Grade]] = {}
     for g in grades:
-        by_learner.setdefault(g.key[0], []).append(g)
-    for learner, base in feedback_names(list(by_learner)).items():
-        (feedback_dir / f"{base}.md").write_text(feedback_markdown(learner, by_learner[learner]), encoding="utf-8")
+        rows.setdefault(g.key[0], []).append(g)
+    return rows
+
+
+def learner_scores(grades: list[Grade], only: Callable[[Grade], bool] | None = None) -> dict[str, tuple[int, int]]:
+    """learner -> (checks passed, checks in total) over all their rows (``only``: the rows it keeps), as the
+    feedback's 总分 counts them."""
+    return {name: (sum(g.passed for g in rows), sum(g.total for g in rows))
+            for name, rows in by_learner([g for g in grades if only is None or only(g)]).items()}
+
+
+def percent(passed: int, total: int) -> str:
+    """``passed / total`` as a whole percentage, ``-`` when there is nothing to count."""
+    return f"{passed / total:.0%}" if total else "-"
 
 
 def feedback_names(learners: list[str]) -> dict[str, str]:
@@ -244,7 +268,7 @@ def pass_rates(grades: list[Grade]) -> list[tuple[str, str, int, int]]:
 
 def pass_rate_table(grades: list[Grade]) -> str:
     rows = [("notebook", "check", "passed", "rate")]
-    rows += [(nb, check, f"{p}/{n}", f"{p / n:.0%}") for nb, check, p, n in pass_rates(grades) if n]
+    rows += [(nb, check, f"{p}/{n}", percent(p, n)) for nb, check, p, n in pass_rates(grades) if n]
     return _align(rows)
 
 
@@ -276,14 +300,8 @@ def _align(rows: list[tuple[str, ...]]) -> str:
 def table(grades: list[Grade]) -> str:
     """Rows, one total line per learner, the notes and the rows flagged for review, for the terminal."""
     rows = [("learner", "notebook", "passed", "total", "score")]
-    rows += [(g.key[0], g.key[1], str(g.passed), str(g.total), f"{g.score:.0%}" if g.total else "-")
-             for g in grades]
-    learners: dict[str, list[int]] = {}
-    for g in grades:
-        acc = learners.setdefault(g.key[0], [0, 0])
-        acc[0] += g.passed
-        acc[1] += g.total
-    rows += [(name, "(all)", str(p), str(t), f"{p / t:.0%}" if t else "-") for name, (p, t) in learners.items()]
+    rows += [(g.key[0], g.key[1], str(g.passed), str(g.total), percent(g.passed, g.total)) for g in grades]
+    rows += [(name, "(all)", str(p), str(t), percent(p, t)) for name, (p, t) in learner_scores(grades).items()]
     out = [_align(rows)]
     notes = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.notes), 600)}" for g in grades if g.notes]
     review = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.review), 600)}" for g in grades if g.review]

@@ -41,7 +41,6 @@ Example::
 """
 from __future__ import annotations
 
-import csv
 import difflib
 import functools
 import hashlib
@@ -53,11 +52,11 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_grader.report import safe_field
+from course_grader.report import safe_field, write_rows
 
 __all__ = ["Block", "matched_blocks", "K", "MIN_PRINTS", "THRESHOLD", "OVERALL", "REFERENCE", "PRO_REFERENCE",
            "SIMILARITY_COLUMNS", "Fingerprint", "SimilarityRow", "tokens", "fingerprint", "similarity", "pair_rows",
-           "write_csv", "summary"]
+           "ranked", "write_csv", "summary"]
 
 K = 12              # tokens per shingle
 MIN_PRINTS = 20     # the score's denominator is at least this many shingles
@@ -243,20 +242,21 @@ def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[st
     return rows
 
 
+def ranked(rows: list[SimilarityRow]) -> list[SimilarityRow]:
+    """``rows`` highest score first (then by learner, other and script)."""
+    return sorted(rows, key=lambda r: (-r.score, r.learner, r.other, r.script))
+
+
 def write_csv(path: Path, rows: list[SimilarityRow]) -> Path:
     """``rows`` as CSV (:data:`SIMILARITY_COLUMNS`), highest score first; every text field spreadsheet-safe."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=SIMILARITY_COLUMNS)
-        writer.writeheader()
-        for row in sorted(rows, key=lambda r: (-r.score, r.learner, r.other, r.script)):
-            writer.writerow(row.row())
+    write_rows(path, SIMILARITY_COLUMNS, (row.row() for row in ranked(rows)))
     return path
 
 
 def summary(rows: list[SimilarityRow], limit: int = 20) -> str:
     """The terminal summary: how many pairs were compared and the flagged ones, for a person to look at."""
     pairs = {(r.learner, r.other) for r in rows}
-    flagged = sorted((r for r in rows if r.flagged), key=lambda r: (-r.score, r.learner, r.other, r.script))
+    flagged = [r for r in ranked(rows) if r.flagged]
     head = (f"相似度: 比较了 {len(pairs)} 对, {len(flagged)} 行达到阈值 {THRESHOLD:.2f} "
             f"(只供人工查看, 不自动判零)")
     lines = [head] + [f"  {safe_field(r.learner, 80)} ~ {safe_field(r.other, 80)}  {safe_field(r.script, 80)}  "
