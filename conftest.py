@@ -73,36 +73,54 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the notebooks' slow marks must be there
 def pytest_collection_modifyitems(session, config, items):
     """Longest files first, so that pytest-xdist's workers (``-n auto --dist loadfile`` in pyproject)
-    finish together instead of one waiting for another's last kill test.
-
-    A file's cost is its time in the last ``python bench/suite_time.py`` (``bench/results/suite_time.json``);
-    a file that run did not see is guessed from what it holds: end-to-end tests (``slow``) as long, a
-    notebook (one kernel, cell after cell) as medium, unit tests as short. The order inside a file is kept.
-    """
+    finish together instead of one waiting for another's last kill test (``file_costs``). The order inside a
+    file is kept."""
     for item in items:
         path = Path(str(item.fspath))
         if path.suffix == ".ipynb" and path.parent.name == "solutions" and path.name in SLOW_NOTEBOOKS:
             item.add_marker(pytest.mark.slow)
-
-    def guess(item) -> float:
-        if item.get_closest_marker("slow"):
-            return 60.0
-        return 10.0 if str(item.fspath).endswith(".ipynb") else 1.0
-
-    measured = _measured_seconds()
-    cost: dict[str, float] = {}
-    for item in items:
-        path = str(item.fspath)
-        rel = Path(path).resolve().relative_to(ROOT).as_posix() if Path(path).resolve().is_relative_to(ROOT) else path
-        cost[path] = measured[rel] if rel in measured else max(cost.get(path, 0.0), guess(item))
+    cost = file_costs(items, *_measured_seconds())
     position = {path: i for i, path in enumerate(dict.fromkeys(str(item.fspath) for item in items))}
     items.sort(key=lambda item: (-cost[str(item.fspath)], position[str(item.fspath)]))
 
 
-def _measured_seconds() -> dict[str, float]:
-    """Seconds per file (path relative to the repository) of the last suite_time run; {} without one."""
+def file_costs(items, files: dict[str, float], tests: dict[str, float]) -> dict[str, float]:
+    """Each collected file's expected seconds, from the last ``python bench/suite_time.py``
+    (``bench/results/suite_time.json``): ``files`` (seconds per file, path relative to the repository) and
+    ``tests`` (its slowest tests, ``file::name``).
+
+    A file costs the larger of its measured time and the sum of its measured tests. In a test module that run did
+    not see, a test measured in another module counts under its own name when that name was measured once (a long
+    test moved to a file of its own, so that another worker runs it, keeps its place until the next measurement).
+    What is left unmeasured is guessed from what it holds: end-to-end tests (``slow``) as long, a notebook (one
+    kernel, cell after cell) as medium, unit tests as short.
+    """
+    by_name: dict[str, list[float]] = {}
+    for test, seconds in tests.items():
+        by_name.setdefault(test.split("::", 1)[-1], []).append(seconds)
+    measured: dict[str, float] = {}
+    summed: dict[str, float] = {}
+    guessed: dict[str, float] = {}
+    for item in items:
+        path = str(item.fspath)
+        rel = Path(path).resolve().relative_to(ROOT).as_posix() if Path(path).resolve().is_relative_to(ROOT) else path
+        measured.setdefault(path, files.get(rel, 0.0))
+        seconds = tests.get(f"{rel}::{item.name}")
+        if seconds is None and rel not in files and len(by_name.get(item.name, ())) == 1 and rel.endswith(".py"):
+            seconds = by_name[item.name][0]
+        if seconds is not None:
+            summed[path] = summed.get(path, 0.0) + seconds
+        elif rel not in files:
+            guess = 60.0 if item.get_closest_marker("slow") else 10.0 if path.endswith(".ipynb") else 1.0
+            guessed[path] = max(guessed.get(path, 0.0), guess)
+    return {path: max(seconds, summed.get(path, 0.0) + guessed.get(path, 0.0)) for path, seconds in measured.items()}
+
+
+def _measured_seconds() -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per file and per slowest test of the last suite_time run (``file_costs``); empty without one."""
     try:
-        files = json.loads((ROOT / "bench" / "results" / "suite_time.json").read_text(encoding="utf-8"))["files"]
-        return {f["file"]: float(f["seconds"]) for f in files}
+        run = json.loads((ROOT / "bench" / "results" / "suite_time.json").read_text(encoding="utf-8"))
+        return ({f["file"]: float(f["seconds"]) for f in run["files"]},
+                {t["test"]: float(t["seconds"]) for t in run.get("slowest_tests", [])})
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return {}, {}

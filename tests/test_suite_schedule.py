@@ -1,9 +1,12 @@
 """The suite's schedule: pytest-xdist hands its workers whole files in the root conftest's order (longest first)."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from xdist.scheduler import LoadFileScheduling
+
+import conftest  # the root conftest: its file order
 
 
 class _Worker:
@@ -45,3 +48,32 @@ def test_workers_get_the_files_in_the_conftest_order(request):
     scheduler.schedule()
     first = [collection[w.sent[0][0]].split("::")[0] for w in workers]
     assert first == ["a_long.py", "b_medium.py"], first
+
+
+
+class _Item:
+    """What ``conftest.file_costs`` reads of a collected test: its file, its name, its slow mark."""
+
+    def __init__(self, path: str, name: str, slow: bool = False) -> None:
+        self.fspath, self.name, self.slow = conftest.ROOT / path, name, slow
+
+    def get_closest_marker(self, name: str) -> bool | None:
+        return (name == "slow" and self.slow) or None
+
+
+def test_a_long_test_moved_to_a_file_of_its_own_keeps_its_place_before_the_next_measurement():
+    # the sweeps were one file (one worker); the resume doctor's sweep moved out so that another worker runs it
+    files = {"tests/sweeps.py": 800.0, "tests/unit.py": 2.0, "solutions/13.ipynb": 280.0}
+    tests = {"tests/sweeps.py::sweep[13]": 400.0, "tests/sweeps.py::sweep[07]": 115.0,
+             "solutions/13.ipynb::Cell 3": 116.0, "solutions/04.ipynb::Cell 3": 40.0}
+    items = [_Item("tests/sweeps.py", "sweep[07]", slow=True), _Item("tests/sweeps_processes.py", "sweep[13]", slow=True),
+             _Item("tests/unit.py", "test_a"), _Item("tests/new.py", "test_b", slow=True), _Item("tests/new.py", "test_c"),
+             _Item("solutions/13.ipynb", "Cell 3"), _Item("solutions/new.ipynb", "Cell 3")]
+    cost = {Path(path).relative_to(conftest.ROOT).as_posix(): seconds
+            for path, seconds in conftest.file_costs(items, files, tests).items()}
+    assert cost == {"tests/sweeps.py": 800.0,             # measured as a file (the part that left is not subtracted)
+                    "tests/sweeps_processes.py": 400.0,   # its one test, measured under another file
+                    "tests/unit.py": 2.0,
+                    "tests/new.py": 60.0,                 # nothing measured: guessed from its slow test
+                    "solutions/13.ipynb": 280.0,
+                    "solutions/new.ipynb": 10.0}          # "Cell 3" was measured in two notebooks: not its own

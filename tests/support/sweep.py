@@ -12,9 +12,33 @@ from typing import Any, Callable
 import pytest
 
 from course_tools.checks import CheckFailed
+from tests.support.notebook_cells import run_source
 
 
 SWEEP_SEEDS = range(1000, 1050)
+
+
+def sweep_exercise(exercise: Any, request: pytest.FixtureRequest) -> None:
+    """An exercise record's sweep (``tests/support/exercise_registry.Exercise``): with each of its ``sweep_seeds``, the
+    check passes the solution and fails every wrong answer (naming its fragment where the record asks).
+
+    Two test files call it, each for its own part of the registry, so that pytest-xdist's workers (one file each)
+    run the long sweeps side by side: ``tests/test_exercise_sweeps.py`` (checks that run in this process) and
+    ``tests/test_exercise_sweeps_processes.py`` (checks that start processes: 13's resume doctor).
+    """
+    if exercise.sweep_threads:
+        request.getfixturevalue("workbook_threads")
+    solution, _ = exercise.pair()
+    right = run_source(solution)
+    wrong = {name: (make(solution), fragment) for name, (make, fragment) in exercise.wrong.items()}
+    assert wrong, exercise.id
+    for seed in exercise.sweep_seeds:
+        exercise.run(right, seed=seed)
+        for name, (ns, fragment) in wrong.items():
+            with pytest.raises(CheckFailed) as info:
+                exercise.run(ns, seed=seed)
+            if exercise.sweep_fragments:
+                exercise.assert_names(fragment, str(info.value))
 
 
 def failure_twice(check: Callable[..., Any], *args: Any) -> str:
