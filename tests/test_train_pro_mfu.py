@@ -4,12 +4,14 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 import torch
 
 from course_utils.monitor import Monitor, read_metrics
 from tests.support.pro_runs import TINY, run, train_records
 
 
+@pytest.mark.slow  # the shared reference run: a training process
 def test_every_timed_train_record_has_a_finite_mfu_in_the_unit_interval(reference):
     records = [r for r in train_records(reference) if r["samples_per_sec"] is not None]
     assert records
@@ -17,6 +19,7 @@ def test_every_timed_train_record_has_a_finite_mfu_in_the_unit_interval(referenc
         assert math.isfinite(r["mfu"]) and 0 < r["mfu"] <= 1, r
 
 
+@pytest.mark.slow  # starts a training process
 def test_a_given_peak_is_used(tmp_path):
     # a peak 1000x this machine's: the same run's mfu is tiny but present and positive
     code, out = run(tmp_path / "run", *TINY, "--max-steps", "6", "--log-every", "2", "--peak-flops", "1e15",
