@@ -33,55 +33,36 @@ if TYPE_CHECKING:
 
 __all__ = ["Flag", "scan", "transform", "step"]
 
+
+def _named(what: str, *names: str) -> dict[str, str]:
+    """name -> the reason ``what(name)``, for each of ``names``."""
+    return {name: f"{what}({name})" for name in names}
+
+
 # module -> reason; importing it (or any attribute of it) is flagged
-_MODULES = {
-    "course_tools": "使用评分用的 course_tools(check 函数)",
-    "builtins": "修改内置函数(builtins)",
-    "signal": "使用信号(signal)",
-    "IPython": "操作 IPython 内核",
-    "ipykernel": "操作 IPython 内核",
-    "traitlets": "操作 IPython 内核",
-    "jupyter_client": "操作 Jupyter 协议",
-    "zmq": "操作 Jupyter 协议",
-    "importlib": "动态导入(importlib)",
-    "ctypes": "直接访问内存(ctypes)",
-    "gc": "遍历解释器中的对象(gc)",
-    "inspect": "访问调用栈(inspect)",
-    "_thread": "底层线程",
-    "posix": "访问环境变量(posix)",
-    "nt": "访问环境变量(nt)",
-}
-# (module, attribute) -> reason
-_MODULE_ATTRS = {
-    ("sys", "modules"): "访问 sys.modules(可替换 check 模块)",
-    ("sys", "meta_path"): "修改导入机制(sys.meta_path)",
-    ("sys", "path_hooks"): "修改导入机制(sys.path_hooks)",
-    ("sys", "_getframe"): "访问调用栈(sys._getframe)",
-    ("sys", "settrace"): "跟踪执行(sys.settrace)",
-    ("sys", "setprofile"): "跟踪执行(sys.setprofile)",
-    ("sys", "excepthook"): "修改异常处理(sys.excepthook)",
-    ("sys", "displayhook"): "修改输出处理(sys.displayhook)",
-    ("sys", "audit"): "修改审计钩子",
-    ("sys", "addaudithook"): "修改审计钩子",
-    ("os", "environ"): "访问环境变量(os.environ)",
-    ("os", "putenv"): "修改环境变量",
-    ("os", "unsetenv"): "修改环境变量",
-    ("os", "kill"): "发送信号(os.kill)",
-    ("os", "killpg"): "发送信号(os.killpg)",
-}
+_MODULES = {"course_tools": "使用评分用的 course_tools(check 函数)", "_thread": "底层线程",
+            **dict.fromkeys(("IPython", "ipykernel", "traitlets"), "操作 IPython 内核"),
+            **dict.fromkeys(("jupyter_client", "zmq"), "操作 Jupyter 协议"),
+            **_named("修改内置函数", "builtins"), **_named("使用信号", "signal"), **_named("动态导入", "importlib"),
+            **_named("直接访问内存", "ctypes"), **_named("遍历解释器中的对象", "gc"), **_named("访问调用栈", "inspect"),
+            **_named("访问环境变量", "posix", "nt")}
+# "module.attribute" -> reason
+_MODULE_ATTRS = {"sys.modules": "访问 sys.modules(可替换 check 模块)",
+                 **dict.fromkeys(("sys.audit", "sys.addaudithook"), "修改审计钩子"),
+                 **dict.fromkeys(("os.putenv", "os.unsetenv"), "修改环境变量"),
+                 **_named("修改导入机制", "sys.meta_path", "sys.path_hooks"), **_named("访问调用栈", "sys._getframe"),
+                 **_named("跟踪执行", "sys.settrace", "sys.setprofile"), **_named("修改异常处理", "sys.excepthook"),
+                 **_named("修改输出处理", "sys.displayhook"), **_named("访问环境变量", "os.environ"),
+                 **_named("发送信号", "os.kill", "os.killpg")}
 # attribute names flagged on any object
-_ATTRS = {
-    "__globals__": "访问函数的全局变量(__globals__)", "__builtins__": "修改内置函数(__builtins__)",
-    "__code__": "替换函数代码(__code__)", "__closure__": "访问闭包(__closure__)",
-    "__subclasses__": "遍历类层次(__subclasses__)", "__dict__": "直接修改对象字典(__dict__)",
-    "f_globals": "访问调用栈", "f_locals": "访问调用栈", "f_back": "访问调用栈", "f_builtins": "访问调用栈",
-    "gi_frame": "访问调用栈", "cr_frame": "访问调用栈", "tb_frame": "访问调用栈",
-    "input_transformers_cleanup": "修改 IPython 输入转换器", "input_transformers_post": "修改 IPython 输入转换器",
-    "ast_transformers": "修改 IPython AST 转换器", "set_custom_exc": "修改 IPython 异常处理",
-    "showtraceback": "修改 IPython 异常处理", "_showtraceback": "修改 IPython 异常处理",
-    "CustomTB": "修改 IPython 异常处理", "user_ns": "访问 IPython 命名空间", "run_cell": "操作 IPython 内核",
-    "environ": "访问环境变量(environ)", "environb": "访问环境变量(environb)",
-}
+_ATTRS = {"__globals__": "访问函数的全局变量(__globals__)", "__dict__": "直接修改对象字典(__dict__)",
+          **_named("修改内置函数", "__builtins__"), **_named("替换函数代码", "__code__"), **_named("访问闭包", "__closure__"),
+          **_named("遍历类层次", "__subclasses__"), **_named("访问环境变量", "environ", "environb"),
+          **dict.fromkeys(("f_globals", "f_locals", "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame"),
+                          "访问调用栈"),
+          **dict.fromkeys(("input_transformers_cleanup", "input_transformers_post"), "修改 IPython 输入转换器"),
+          **dict.fromkeys(("set_custom_exc", "showtraceback", "_showtraceback", "CustomTB"), "修改 IPython 异常处理"),
+          "ast_transformers": "修改 IPython AST 转换器", "user_ns": "访问 IPython 命名空间", "run_cell": "操作 IPython 内核"}
 _NAMES = {
     "get_ipython": "操作 IPython 内核(get_ipython)", "__builtins__": "修改内置函数(__builtins__)",
     "globals": "修改全局命名空间(globals())", "vars": "读取对象字典(vars())",
@@ -140,16 +121,16 @@ class _Scanner(ast.NodeVisitor):
         if root in _MODULES:
             self.flag(node, _MODULES[root])
         parts = name.split(".")
-        if len(parts) >= 2 and (parts[0], parts[1]) in _MODULE_ATTRS:
-            self.flag(node, _MODULE_ATTRS[parts[0], parts[1]])
+        if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in _MODULE_ATTRS:
+            self.flag(node, _MODULE_ATTRS[f"{parts[0]}.{parts[1]}"])
 
     def _check_attr(self, module: str | None, attr: str, node: ast.AST) -> None:
         if attr in _ATTRS:
             self.flag(node, _ATTRS[attr])
         if module:
-            root = module.split(".")[0]
-            if (root, attr) in _MODULE_ATTRS:
-                self.flag(node, _MODULE_ATTRS[root, attr])
+            key = f"{module.split('.')[0]}.{attr}"
+            if key in _MODULE_ATTRS:
+                self.flag(node, _MODULE_ATTRS[key])
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
