@@ -47,14 +47,21 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.fixture(scope="module")
+def first_grading(tmp_path_factory) -> Path:
+    """The class graded once for the module (its kernels are the costly part): solutions/, class/, first/grades.csv."""
+    root = tmp_path_factory.mktemp("regrade")
+    shutil.copytree(FIXTURE, root / "solutions")
+    grade.grade_all([_class(root / "class")], root / "solutions", grade.Options(**OPTIONS), root / "first" / "grades.csv",
+                    verbose=False)
+    return root
+
+
 @pytest.fixture()
-def graded(tmp_path: Path) -> dict[str, Path]:
-    solutions = tmp_path / "solutions"
-    shutil.copytree(FIXTURE, solutions)
-    classroom = _class(tmp_path / "class")
-    report = tmp_path / "first" / "grades.csv"
-    grade.grade_all([classroom], solutions, grade.Options(**OPTIONS), report, verbose=False)
-    return {"solutions": solutions, "class": classroom, "report": report}
+def graded(first_grading: Path, tmp_path: Path) -> dict[str, Path]:
+    """A copy of the first grading for each test (one changes its reference notebook; each regrades into it)."""
+    shutil.copytree(first_grading, tmp_path, dirs_exist_ok=True)
+    return {"solutions": tmp_path / "solutions", "class": tmp_path / "class", "report": tmp_path / "first" / "grades.csv"}
 
 
 def _regrade(graded: dict[str, Path], report: Path) -> list:
