@@ -33,6 +33,8 @@ Example::
     print(run.summary())                    # τ* ≈ 6.3 min, the expected hours and ¥
     expected_run(4.2 * 3600, 10, 120, 2 * 3600, 2.4, interval_s=3600).yuan   # "every hour": more
 
+``replay_wall_time`` is one sample path of the same model: a job's wall time under given preemption times, whose
+mean over Poisson schedules is ``E[T]`` (``bench/preemption.py`` predicts each run it kills with it).
 ``IntervalTuner`` is the professional script's ``--ckpt-every-seconds auto --mtbf M``: Young's interval from the
 save times it measures, re-estimated after every save. Taught in ``08_time_estimate`` §7 (the model, the
 chapter's example at two preemption rates, the bench's plot; §8's exercise and its check compute the same).
@@ -44,10 +46,10 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["young_interval", "daly_interval", "optimal_interval", "expected_segment_time", "expected_wall_time",
-           "ExpectedRun", "expected_run", "IntervalTuner", "tune_saves", "seconds_or_auto"]
+           "replay_wall_time", "ExpectedRun", "expected_run", "IntervalTuner", "tune_saves", "seconds_or_auto"]
 
 
 def _times(**values: float) -> None:
@@ -129,6 +131,41 @@ def expected_wall_time(work_s: float, interval_s: float, save_s: float, restart_
     if interval_s == 0:
         raise ValueError("interval_s(两次保存之间的工作秒数)应大于 0")
     return expected_segment_time(interval_s + save_s, restart_s, mtbf_s) * work_s / interval_s
+
+
+def replay_wall_time(preemptions_s: Sequence[float], work_s: float, interval_s: float, save_s: float, restart_s: float,
+                     first_start_s: float = 0.0) -> float:
+    """Wall time of one job under these preemption times (seconds since its first start): the model, one sample path.
+
+    What: the first start takes ``first_start_s`` (a preemption during it starts it over), every later start
+    ``restart_s``; then segments of ``interval_s`` seconds of work and a save of ``save_s`` (the last segment may be
+    shorter); a preemption loses the unsaved work and the start in progress. Why: ``expected_wall_time`` is the mean
+    over Poisson schedules (``expected_segment_time(first_start_s, 0, M)`` added for the first start); a bench
+    that kills real runs at known times can predict each run, and the spread of a few of them, from this.
+    Pitfall: one job's time jumps when a preemption falls just before or just after a save; compare medians.
+    Example: ``replay_wall_time([6.0], 10, 4, 1, 2)`` = 16.0: 10 s of work, 3 saves, one 2 s restart and the
+    second lost since the save at 5 s.
+    """
+    _times(work_s=work_s, interval_s=interval_s, save_s=save_s, restart_s=restart_s, first_start_s=first_start_s)
+    if interval_s == 0:
+        raise ValueError("interval_s(两次保存之间的工作秒数)应大于 0")
+    kills = sorted(float(k) for k in preemptions_s)
+    now, done, start, started = 0.0, 0.0, first_start_s, False
+    for deadline in [*kills, math.inf]:
+        if deadline < now:
+            continue
+        clock = now + start
+        if clock <= deadline:
+            started = True
+            while done < work_s * (1 - 1e-12):
+                segment = min(interval_s, work_s - done)
+                if clock + segment + save_s > deadline:
+                    break
+                clock, done = clock + segment + save_s, done + segment
+            else:
+                return clock
+        now, start = deadline, restart_s if started else first_start_s
+    raise AssertionError("unreachable: the last deadline is infinite")
 
 
 @dataclass(frozen=True)

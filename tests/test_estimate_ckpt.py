@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from course_utils.estimate_ckpt import (IntervalTuner, daly_interval, expected_run, expected_segment_time,
-                                        expected_wall_time, optimal_interval, young_interval)
+                                        expected_wall_time, optimal_interval, replay_wall_time, young_interval)
 
 
 def simulate(work: float, interval: float, save: float, restart: float, mtbf: float, rng: random.Random) -> float:
@@ -37,6 +37,35 @@ def test_closed_form_equals_a_simulation_of_its_assumptions(work, interval, save
     mean = sum(runs) / len(runs)
     sem = (sum((x - mean) ** 2 for x in runs) / (len(runs) - 1)) ** 0.5 / len(runs) ** 0.5
     assert abs(mean - expected_wall_time(work, interval, save, restart, mtbf)) < 4 * sem
+
+
+@pytest.mark.parametrize("work, interval, save, restart, first, mtbf", [(12, 0.24, 0.012, 4, 4, 12),
+                                                                         (12, 12, 0.012, 4, 4, 12), (100, 10, 2, 5, 0, 30)])
+def test_replays_through_poisson_schedules_average_to_the_closed_form(work, interval, save, restart, first, mtbf):
+    """bench/preemption.py predicts each killed run with the replay: its mean is the model's expectation."""
+    rng, runs = random.Random(1), []
+    for _ in range(10_000):
+        kills, t = [], 0.0
+        while t < 60 * mtbf:
+            t += rng.expovariate(1 / mtbf)
+            kills.append(t)
+        runs.append(replay_wall_time(kills, work, interval, save, restart, first_start_s=first))
+    mean = sum(runs) / len(runs)
+    sem = (sum((x - mean) ** 2 for x in runs) / (len(runs) - 1)) ** 0.5 / len(runs) ** 0.5
+    expected = expected_segment_time(first, 0, mtbf) + expected_wall_time(work, interval, save, restart, mtbf)
+    assert abs(mean - expected) < 4 * sem
+
+
+@pytest.mark.parametrize("kills, first, expected", [
+    ([], 0, 13.0),               # 10 s of work and 3 saves (4 + 4 + 2 s of work)
+    ([6.0], 0, 16.0),            # saved at 5 s, killed at 6: a 2 s restart and the lost second
+    ([5.0], 0, 15.0),            # killed the instant the save ends: the save counts
+    ([4.5], 0, 4.5 + 2 + 13.0),  # killed during the first save: nothing saved, all the work again
+    ([6.0, 7.0], 0, 7 + 2 + 8),  # the restart is killed too: another restart, nothing more lost
+    ([0.5, 1.0], 2, 1 + 2 + 13.0),  # the first start killed twice: it starts over, without the restart tax
+])
+def test_replay_follows_each_preemption(kills, first, expected):
+    assert math.isclose(replay_wall_time(kills, 10, 4, 1, 2, first_start_s=first), expected)
 
 
 def test_no_preemptions_in_the_limit_costs_the_work_and_the_saves():
@@ -85,6 +114,7 @@ def test_runaway_when_restarts_approach_the_mtbf():
                                   lambda: expected_wall_time(100, 0, 1, 1, 100), lambda: expected_wall_time(-5, 1, 1, 1, 100),
                                   lambda: expected_segment_time(1, -2, 100), lambda: expected_run(100, 1, 1, 100, -2.4),
                                   lambda: young_interval(True, 100), lambda: young_interval("10", 100),
+                                  lambda: replay_wall_time([], 10, 0, 1, 1), lambda: replay_wall_time([], 10, 1, 1, -1),
                                   lambda: IntervalTuner(0), lambda: IntervalTuner(100).observe(-0.1)])
 def test_bad_input_is_refused_in_chinese(call):
     with pytest.raises(ValueError, match="秒|应"):
