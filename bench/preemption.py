@@ -1,34 +1,48 @@
 """Proof by preemption: the checkpoint interval of ``course_utils.estimate_ckpt``, against real kills.
 
-A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 8, COURSE_FAST data, batch 8, two epochs
-of 400 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially distributed times
-(mean ``--mtbf``: by default an uninterrupted run's wall time, at least 20 s; seeded), then starts it again with ``--resume`` at once, until a
-run exits 0. The kill times are the simulator's own clock (seconds since the job's first start, drawn before it
-starts): the same times for every interval of a seed, never a race with a log. ``--jobs`` (2: the machine's cores)
-jobs run side by side.
+A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 16, COURSE_FAST data at 0.96: 4,800 images,
+batch 8, one epoch of 600 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially
+distributed times (mean ``--mtbf``: by default 0.8 x the pre-phase's work W in whole seconds, at least 8 s; seeded), then
+starts it again with ``--resume`` at once, until a run exits 0. The kill times are the simulator's own clock (seconds
+since the job's first start, drawn before it starts): the same times for every interval of a seed, never a race
+with a log. ``--jobs`` (2: the machine's cores) jobs run side by side.
+
+The ``--ckpt-every-steps`` grid spans both ways to lose: geometric from 1 step (a save after every step: the saves'
+own cost C dominates) to the whole epoch (600: no save before the end, so a preemption loses everything and the job
+needs a kill-free window of R + W: lost work and restarts dominate), divisors of 600 so that every segment is whole
+(1, 5, 24, 120, 600 for ``--intervals 5``). The grid does not depend on a measurement; Young's τ* = √(2·C·M) falls
+inside it, near 24 steps. The never-saving end is clearly slower when M is short of R + W (hence 0.8 W); the
+every-step end when its 600 saves (600·C) outweigh the spread that a kill or two of R adds, which needs C of about
+20 ms or more (the forecast says, for the run's own C and seeds).
 
 1. A short pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``: reported, and 08 §7 prints them), then
-   one uninterrupted run per mode and stream (no saves, a save every 2 steps synchronous and ``--async-ckpt``)
-   gives a first save stall C, so that Young's τ* = √(2·C·M) can place five
-   ``--ckpt-every-steps`` intervals around it (divisors of 400, so that every segment is whole), and M.
+   one uninterrupted run per mode and stream (no saves, a save every 2 steps synchronous and ``--async-ckpt``):
+   a first W, C and R0, and M. Before any job runs the bench prints the model's forecast from these: the expectation
+   E[T] of every interval, the replay of each seed's kill times (``replay_wall_time``: the model's sample path for
+   those very times), and the near-best range those replays give, with τ* and the grid's ends inside it or not.
 2. The model's inputs are then measured in the same conditions as the preempted jobs, interleaved with them: each
-   seed's plan holds two uninterrupted runs (no saves; synchronous saves every 2 steps) beside its preempted jobs,
-   in the same queue. Every process's time to its first step is taken where it runs (the simulator watches the
+   seed's plan holds two uninterrupted runs (no saves; a synchronous save every 2 steps) beside its preempted
+   jobs, in the same queue. Every process's time to its first step is taken where it runs (the simulator watches the
    run's sample ledger grow; it never schedules anything from it): R0 is the first processes' median (uninterrupted
    runs and jobs), R the restarted processes' median less one step, W the uninterrupted runs' wall time less their
-   own first start and epoch-end saves (so W never goes negative through a load that changed between two measurements),
-   C the median over seeds of (saves − no saves) / extra saves.
+   own first start and epoch-end save (so W never goes negative through a load that changed between two
+   measurements), C the median over seeds of (saves − no saves) / extra saves.
 3. Every job's completion time; then the run's sample ledger (``--sample-ledger``: every step's sample indices, each
    process appending) and its metrics against an uninterrupted run: every step trained again after a kill saw the
    same samples, the surviving trajectory holds each sample once per epoch and is the uninterrupted run's, and every
    logged loss (train steps, evaluations) equals it exactly.
 
-The prediction of an interval τ: ``expected_segment_time(R0, 0, M)`` (the first start, which a kill sends back to
-zero) + ``expected_wall_time(W, τ, C, R, M)``. Criteria: (a) within ±15% of the measured median at every interval;
-(b) τ* lies within the range of intervals whose median is at most the third quartile of the best interval (the
-curve is flat near its minimum); (c) the ledger and loss checks above hold after every kill, with at least 20
-kills. Exit status 1 when one fails. The plot (``bench/results/preemption.png``): the predicted curve, the medians
-with their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench (``preemption_hogs.json``).
+Criteria (exit status 1 when one fails): (a) the prediction of an interval, the median over seeds of the replays of
+their kill times with the interleaved inputs, within ±15% of the measured median at every interval, the never-saving
+one included. The expectation E[T] (``expected_segment_time(R0, 0, M)`` + ``expected_wall_time(W, τ, C, R, M)``,
+the replays' mean over all schedules, tests/test_estimate_ckpt.py) is printed beside it and not judged: each kill
+costs R (about 4 s of a 20-40 s job) and a job meets one to three of them, so a median of 5 seeds often lies 15%
+or more from E[T], whatever the model's worth; the replays meet the same kill times as the jobs. (b) τ* lies within the range of
+intervals whose median is at most the third quartile of the best interval; printed beside it, whether both ends of
+the grid lie outside that range (then (b) could fail on either side). (c) the ledger and loss checks above hold
+after every kill, with at least 20 kills. The plot (``bench/results/preemption.png``): E[T], the replays' medians,
+the measured medians with their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench
+(``preemption_hogs.json``).
 
     python bench/preemption.py                  # 5 intervals x 5 seeds, ~10 minutes on 2 quiet cores
     python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs
@@ -51,25 +65,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, format_table, header, machine_info, spread, write_json  # noqa: E402
+from _common import REPO, header, machine_info, spread, write_json  # noqa: E402
+from preemption_report import plot, report  # noqa: E402
 from resume_cost import bench_env, measure, restart_tax  # noqa: E402
 
-from course_utils.estimate_ckpt import (daly_interval, expected_segment_time, expected_wall_time,  # noqa: E402
+from course_utils.estimate_ckpt import (expected_segment_time, expected_wall_time, replay_wall_time,  # noqa: E402
                                         young_interval)
 from course_utils.monitor import read_metrics  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
-EPOCH_STEPS, EPOCHS, BATCH, FRACTION = 400, 2, 8, 0.64  # 3,200 of the 5,000 COURSE_FAST images // batch 8
+EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 600, 1, 8, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 8
 STEPS = EPOCH_STEPS * EPOCHS
-ARGS = ["--model", "tiny", "--width", "8", "--batch-size", str(BATCH), "--data-fraction", str(FRACTION), "--epochs",
-        str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds", "0",
-        "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
+ARGS = ["--model", "tiny", "--width", str(WIDTH), "--batch-size", str(BATCH), "--data-fraction", str(FRACTION),
+        "--epochs", str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds",
+        "0", "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
 DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
-SAVE_EVERY = 2  # the runs that measure C save every 2 steps: 398 extra saves, seconds above the load's noise
+SAVE_EVERY = 2  # the runs that measure C save every 2 steps: 299 extra saves, seconds above the load's noise
 EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
 MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
          "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
-TOLERANCE, MIN_KILLS, POLL_S = 0.15, 20, 0.02
+TOLERANCE, MIN_KILLS, POLL_S, HORIZON_S = 0.15, 20, 0.02, 3600.0
 
 
 def kill_times(seed: int, mtbf_s: float, horizon_s: float) -> list[float]:
@@ -139,14 +154,14 @@ def trajectory(out: Path) -> dict:
 
 def prephase(tmp: Path, env: dict, streams: int, log) -> dict:
     """``streams`` side by side: R's parts (``bench/resume_cost.py``'s ``measure``, reported), then uninterrupted runs,
-    each stream the three MODES in its own order: a first C (to place the intervals), the asynchronous C (reported)
-    and a first R0 (to set M)."""
+    each stream the three MODES in its own order: a first W, C and R0 (to set M and forecast), the asynchronous C
+    (reported)."""
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
 
     def stream(r: int) -> None:
         for mode in list(MODES)[r % 3:] + list(MODES)[:r % 3]:
             runs[mode].append(run_job(tmp / f"pre_{mode.replace(' ', '_')}_{r}", MODES[mode], [], env, 900))
-    config = argparse.Namespace(ckpt_step=10, model="tiny", width=8, data_fraction=FRACTION, batch_size=BATCH,
+    config = argparse.Namespace(ckpt_step=10, model="tiny", width=WIDTH, data_fraction=FRACTION, batch_size=BATCH,
                                 homework=False, threads=1, device="cpu", repeats=1)
     with ThreadPoolExecutor(streams) as pool:
         tax = list(pool.map(lambda _: measure(config, env, log), range(streams)))
@@ -162,9 +177,9 @@ def prephase(tmp: Path, env: dict, streams: int, log) -> dict:
             "C_async": (med["async saves"] - med["no saves"]) / EXTRA_SAVES}
 
 
-def choose_intervals(tau_steps: float, count: int) -> list[int]:
-    """``count`` divisors of an epoch's steps spread around ``tau_steps`` on a log scale (from about /8 to x8)."""
-    targets = [tau_steps * 8 ** (2 * i / (count - 1) - 1) for i in range(count)] if count > 1 else [tau_steps]
+def choose_intervals(count: int) -> list[int]:
+    """``count`` divisors of an epoch's steps spread on a log scale from 1 step to the whole epoch."""
+    targets = [EPOCH_STEPS ** (i / (count - 1)) for i in range(count)] if count > 1 else [EPOCH_STEPS ** 0.5]
     chosen: list[int] = []
     for target in targets:
         ranked = sorted(DIVISORS, key=lambda k: abs(math.log(k / target)))
@@ -210,7 +225,8 @@ def run_all(args: argparse.Namespace, intervals: list[int], mtbf: float, tmp: Pa
         seed, what, k = job
         out = tmp / f"{what.replace(' ', '_')}_{seed}_{k}"
         if what == "job":
-            result = run_job(out, ["--ckpt-every-steps", str(k)], kill_times(seed, mtbf, 3600), env, 1200)
+            result = {"seed": seed, **run_job(out, ["--ckpt-every-steps", str(k)], kill_times(seed, mtbf, HORIZON_S),
+                                              env, 1200)}
             results[k].append(result)
         else:
             result = plain[what][seed] = run_job(out, MODES[what], [], env, 1200)
@@ -221,6 +237,8 @@ def run_all(args: argparse.Namespace, intervals: list[int], mtbf: float, tmp: Pa
             f"{result['kills']} kills, load {loads[-1]:.2f}")
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, plan))
+    for k in intervals:
+        results[k].sort(key=lambda x: x["seed"])
     reference = paths[(1, "no saves", 0)]
     checks = [check_against(paths[job], reference) for job in plan]
     return plain, [x for k in intervals for x in results[k]], results, checks
@@ -238,107 +256,115 @@ def check_against(got: dict, reference: dict) -> dict[str, bool]:
 
 
 def predict(inputs: dict, tau_s: float) -> float:
-    """Expected completion time of a job saving every ``tau_s`` seconds of work (module docstring)."""
+    """The model's expectation E[T] for a job saving every ``tau_s`` seconds of work (module docstring)."""
     m = inputs["M"]
     return (expected_segment_time(inputs["R0"], 0, m)
             + expected_wall_time(inputs["W"], tau_s, inputs["C_sync"], inputs["R"], m))
 
 
+def replays(inputs: dict, steps: int, seeds: int) -> list[float]:
+    """The model on each seed's own kill times: the job's wall time for seeds 1..``seeds`` (``replay_wall_time``)."""
+    return [replay_wall_time(kill_times(seed, inputs["M"], HORIZON_S), inputs["W"], inputs["step_s"] * steps,
+                             inputs["C_sync"], inputs["R"], first_start_s=inputs["R0"]) for seed in range(1, seeds + 1)]
+
+
+def near_best(times: dict[int, list[float]]) -> list[int]:
+    """The intervals whose median time is at most the third quartile of the best (lowest median) interval."""
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    q3 = spread(times[min(medians, key=medians.get)])["q3"]
+    return [k for k in times if medians[k] <= q3]
+
+
+def judge_range(inputs: dict, times: dict[int, list[float]]) -> dict:
+    """Criterion (b) on ``times``: the near-best range, τ* inside it, the grid's two ends outside it."""
+    near, grid = near_best(times), sorted(times)
+    return {"near-best range (steps)": [min(near), max(near)],
+            "tau* inside the near-best range": min(near) <= inputs["tau_steps"] <= max(near),
+            "grid ends outside the near-best range": grid[0] not in near and grid[-1] not in near}
+
+
 def verdicts(inputs: dict, rows: list[dict], checks: list[dict]) -> dict:
-    """The three criteria of the module docstring, with what decided them."""
-    best = min(rows, key=lambda row: row["measured"]["median"])
-    near = [row["steps"] for row in rows if row["measured"]["median"] <= best["measured"]["q3"]]
-    worst = max(abs(row["predicted_s"] / row["measured"]["median"] - 1) for row in rows)
+    """The criteria of the module docstring, with what decided them."""
+    error = lambda key: max(abs(row[key] / row["measured"]["median"] - 1) for row in rows)  # noqa: E731
     failed = sorted({name for check in checks for name, ok in check.items() if not ok})
     kills = sum(row["kills"] for row in rows)
-    return {"prediction within 15%": worst <= TOLERANCE, "worst prediction error": worst,
-            "tau* inside the near-best range": min(near) <= inputs["tau_steps"] <= max(near),
-            "near-best range (steps)": [min(near), max(near)], "exact resume after every kill": not failed,
-            "failed checks": failed, "kills": kills, f"at least {MIN_KILLS} kills": kills >= MIN_KILLS,
-            "runs checked": len(checks)}
+    return {"prediction within 15%": error("predicted_s") <= TOLERANCE, "worst prediction error": error("predicted_s"),
+            "worst error of the expectation": error("expected_s"),
+            **judge_range(inputs, {row["steps"]: row["wall_s"] for row in rows}),
+            "exact resume after every kill": not failed, "failed checks": failed, "kills": kills,
+            f"at least {MIN_KILLS} kills": kills >= MIN_KILLS, "runs checked": len(checks)}
 
 
-def report(inputs: dict, pre: dict, rows: list[dict], verdict: dict, loads: list[float]) -> str:
-    lines = [f"train_cifar_pro.py, tiny model (width 8), COURSE_FAST=1, batch {BATCH}, {EPOCHS} epochs of {EPOCH_STEPS} "
-             f"steps, 1 torch thread, fresh interpreters, {inputs['jobs']} runs side by side; preemptions: SIGKILL at "
-             f"exponential times, mean M = {inputs['M']:g} s; {inputs['seeds']} seeds x {len(rows)} intervals, the same "
-             f"kill times for every interval of a seed, two uninterrupted runs per seed interleaved with the jobs; "
-             f"{inputs['hogs']} CPU hog(s) beside it; load average (1 min) {min(loads):.2f}-{max(loads):.2f} during "
-             "the bench", "", "measured inputs (interleaved with the jobs)"]
-    r, r0 = inputs["R_spread"], inputs["R0_spread"]
-    table = [["work W (uninterrupted, no saves, less its own first start and its 2 epoch-end saves)",
-              f"{inputs['W']:.2f} s ({1e3 * inputs['step_s']:.1f} ms/step)"],
-             ["first start R0 (a first process's time to its first step)",
-              f"{inputs['R0']:.2f} s (IQR {r0['q1']:.2f}-{r0['q3']:.2f}, n {r0['n']})"],
-             ["restart tax R (a restarted process's time to its first step, less one step)",
-              f"{inputs['R']:.2f} s (IQR {r['q1']:.2f}-{r['q3']:.2f}, n {r['n']})"],
-             *[[f"  R's parts (bench/resume_cost.py, pre-phase): {k}", f"{v:.2f} s"] for k, v in pre["restart_tax"].items()],
-             [f"save stall C, synchronous (a save every {SAVE_EVERY} steps vs none, paired by seed)",
-              f"{1e3 * inputs['C_sync']:.1f} ms"],
-             ["pre-phase: save stall C synchronous / --async-ckpt",
-              f"{1e3 * pre['C_sync']:.1f} ms / {1e3 * pre['C_async']:.1f} ms"],
-             ["Young tau* = sqrt(2 C M)", f"{inputs['tau_s']:.2f} s = {inputs['tau_steps']:.1f} steps"],
-             ["Daly's refinement", f"{daly_interval(inputs['C_sync'], inputs['M']):.2f} s"]]
-    lines.append(format_table(table, ["input", "value"]))
-    body = [[f"{row['steps']}", f"{row['tau_s']:.2f}", f"{row['predicted_s']:.1f}",
-             f"{row['measured']['median']:.1f} ({row['measured']['q1']:.1f}-{row['measured']['q3']:.1f})",
-             f"{100 * (row['predicted_s'] / row['measured']['median'] - 1):+.1f}%", str(row["kills"])] for row in rows]
-    lines += ["", format_table(body, ["interval (steps)", "tau (s of work)", "predicted s",
-                                      "measured s, median (IQR)", "predicted / median - 1", "kills"])]
-    ok = lambda b: "ok" if b else "MISSED"  # noqa: E731
-    lines += ["", format_table([
-        ["prediction within ±15% of the median at every interval", f"worst {100 * verdict['worst prediction error']:.1f}%",
-         ok(verdict["prediction within 15%"])],
-        ["tau* inside the intervals whose median <= the best one's 3rd quartile",
-         f"{inputs['tau_steps']:.1f} in {verdict['near-best range (steps)']} steps", ok(verdict["tau* inside the near-best range"])],
-        ["after every kill: same samples, each once per epoch, same losses as uninterrupted",
-         f"{verdict['runs checked']} runs, failed: {', '.join(verdict['failed checks']) or 'none'}",
-         ok(verdict["exact resume after every kill"])],
-        [f"at least {MIN_KILLS} kills", str(verdict["kills"]), ok(verdict[f"at least {MIN_KILLS} kills"])]],
-        ["criterion", "measured", "verdict"])]
-    return "\n".join(lines)
-
-
-def plot(inputs: dict, rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    taus = [inputs["step_s"] * k for k in range(1, EPOCH_STEPS + 1)]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(taus, [predict(inputs, t) for t in taus], label="predicted E[T] (estimate_ckpt)")
-    meds = [row["measured"]["median"] for row in rows]
-    err = [[m - row["measured"]["q1"] for m, row in zip(meds, rows)], [row["measured"]["q3"] - m for m, row in zip(meds, rows)]]
-    ax.errorbar([row["tau_s"] for row in rows], meds, yerr=err, fmt="o", capsize=4,
-                label=f"measured: median and IQR of {inputs['seeds']} seeds")
-    ax.axvline(inputs["tau_s"], color="green", linestyle="--", label=f"Young tau* = {inputs['tau_s']:.2f} s")
-    ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval tau (seconds of work)")
-    ax.set_ylabel("wall time to finish (s)")
-    ax.set_title(f"preempted every {inputs['M']:g} s on average; W = {inputs['W']:.1f} s of work, R = {inputs['R']:.1f} s"
-                 + (f", {inputs['hogs']} CPU hogs" if inputs["hogs"] else ""), fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def place(args: argparse.Namespace, pre: dict) -> tuple[float, list[int]]:
-    """M and the intervals, from the pre-phase: Young's τ* in steps and ``args.intervals`` divisors around it."""
+def forecast(args: argparse.Namespace, pre: dict, log) -> tuple[float, list[int], dict]:
+    """M, the intervals and the model's forecast from the pre-phase alone, said before any job runs."""
     work = statistics.median(pre["wall_s"]["no saves"]) - pre["R0"] - EPOCHS * pre["C_sync"]
     if pre["C_sync"] <= 0 or work <= 0:
         raise SystemExit(f"pre-phase: saves measured no slower than no saves (C {pre['C_sync']:.4f} s) or no work left "
-                         f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to place the intervals")
-    mtbf = args.mtbf or max(20.0, round(statistics.median(pre["wall_s"]["no saves"])))  # about a kill per job
-    return mtbf, choose_intervals(young_interval(pre["C_sync"], mtbf) / work * STEPS, args.intervals)
+                         f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to forecast")
+    mtbf = args.mtbf or max(8.0, round(0.8 * work))  # a kill-free window of R + W is rare: never saving costs
+    inputs = {"M": mtbf, "W": work, "step_s": work / STEPS, "C_sync": pre["C_sync"], "R": pre["restart_tax"]["R"],
+              "R0": pre["R0"]}
+    inputs["tau_steps"] = young_interval(inputs["C_sync"], mtbf) / inputs["step_s"]
+    intervals = choose_intervals(args.intervals)
+    times = {k: replays(inputs, k, args.seeds) for k in intervals}
+    told = {"inputs": inputs, "expected_s": {k: predict(inputs, inputs["step_s"] * k) for k in intervals},
+            "replays_s": times, **judge_range(inputs, times)}
+    log(f"  M {mtbf:g} s, intervals {intervals} steps. Forecast (pre-phase: W {work:.2f} s, C {1e3 * pre['C_sync']:.1f} "
+        f"ms, R {inputs['R']:.2f} s, R0 {inputs['R0']:.2f} s), E[T] / the seeds' replays' median: "
+        + ", ".join(f"{k} steps {told['expected_s'][k]:.1f} / {statistics.median(times[k]):.1f} s" for k in intervals)
+        + f"; near-best range {told['near-best range (steps)']} steps, tau* = {inputs['tau_steps']:.1f} steps inside it: "
+        f"{told['tau* inside the near-best range']}, both ends of the grid outside it: "
+        f"{told['grid ends outside the near-best range']}")
+    return mtbf, intervals, told
+
+
+def judge(args: argparse.Namespace, info: dict, raw: dict, told: dict, jobs: list[dict], checks: list[dict],
+          loads: list[float]) -> int:
+    """The model's inputs from the interleaved runs, every interval's prediction against its measurement, the
+    verdicts; prints the table, writes the JSON (and the plot unless ``--json``); the exit status."""
+    try:
+        inputs = {**model_inputs(raw["uninterrupted"], jobs, told["inputs"]["M"]), "seeds": args.seeds,
+                  "hogs": args.hogs, "jobs": args.jobs}
+    except SystemExit:  # keep what was measured, outside bench/results/
+        write_json("preemption", {"machine": info, "load_avg_1m": loads, "forecast": told, "measurements": raw},
+                   Path(tempfile.gettempdir()) / "preemption_raw.json")
+        raise
+    rows = []
+    for k, done in raw["jobs"].items():
+        replayed, walls = replays(inputs, k, args.seeds), [x["wall_s"] for x in done]
+        rows.append({"steps": k, "tau_s": inputs["step_s"] * k, "expected_s": predict(inputs, inputs["step_s"] * k),
+                     "predicted_s": statistics.median(replayed), "replayed_s": replayed, "measured": spread(walls),
+                     "wall_s": walls, "kills": sum(x["kills"] for x in done)})
+    verdict = verdicts(inputs, rows, checks)
+    conditions = (f"train_cifar_pro.py, tiny model (width {WIDTH}), COURSE_FAST=1, data fraction {FRACTION}, batch "
+                  f"{BATCH}, {EPOCHS} epoch(s) of {EPOCH_STEPS} steps, 1 torch thread, fresh interpreters, {args.jobs} "
+                  f"runs side by side; preemptions: SIGKILL at exponential times, mean M = {inputs['M']:g} s; "
+                  f"{args.seeds} seeds x {len(rows)} intervals, the same kill times for every interval of a seed, two "
+                  f"uninterrupted runs per seed interleaved with the jobs; {args.hogs} CPU hog(s) beside it; load "
+                  f"average (1 min) {min(loads):.2f}-{max(loads):.2f} during the bench")
+    text = report({"conditions": conditions, "epochs": EPOCHS, "save_every": SAVE_EVERY, "min_kills": MIN_KILLS},
+                  inputs, raw["prephase"], told, rows, verdict)
+    print("\n" + text)
+    name = "preemption_hogs" if args.hogs else "preemption"
+    if args.json is None:
+        curve = [(inputs["step_s"] * k, predict(inputs, inputs["step_s"] * k)) for k in range(1, EPOCH_STEPS + 1)]
+        plot(inputs, rows, curve, Path(__file__).resolve().parent / "results" / f"{name}.png")
+    passed = all(verdict[k] for k in ("prediction within 15%", "tau* inside the near-best range",
+                                      "exact resume after every kill", f"at least {MIN_KILLS} kills"))
+    path = write_json(name, {"machine": info, "inputs": inputs, "restart_tax": raw["prephase"]["restart_tax"],
+                             "forecast": told, "rows": rows, "verdict": verdict, "passed": passed,
+                             "load_avg_1m": loads, "measurements": raw, "table": text}, args.json)
+    print(f"\nJSON: {path}")
+    return 0 if passed else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
-                   help="M: mean seconds between preemptions (0: the pre-phase's uninterrupted wall time, at least "
-                        "20 s: about one kill per job, at least 20 kills in 25 jobs, a restart tax below M)")
+                   help="M: mean seconds between preemptions (0: 0.8 x the pre-phase's work W, at least 8 s: a "
+                        "kill-free window of R + W is then rare, so that never saving mid-epoch costs restarts)")
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--intervals", type=int, default=5)
+    p.add_argument("--intervals", type=int, default=5, help="grid points from 1 step to the whole epoch")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--hogs", type=int, default=0, help="busy loops started beside the bench (killed at its end)")
     p.add_argument("--json", default=None)
@@ -353,35 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         loads, log = [os.getloadavg()[0]], functools.partial(print, flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-preempt-") as tmp:
             pre = prephase(Path(tmp), env, args.jobs, log)
-            mtbf, intervals = place(args, pre)
-            log(f"  M {mtbf:g} s, intervals {intervals} steps")
+            mtbf, intervals, told = forecast(args, pre, log)
             plain, jobs, results, checks = run_all(args, intervals, mtbf, Path(tmp), env, loads, log)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    try:
-        inputs = {**model_inputs(plain, jobs, mtbf), "seeds": args.seeds, "hogs": args.hogs, "jobs": args.jobs}
-    except SystemExit:  # keep what was measured, outside bench/results/
-        write_json("preemption", {"machine": info, "load_avg_1m": loads, "measurements": {
-            "prephase": pre, "uninterrupted": plain, "jobs": results}}, Path(tempfile.gettempdir()) / "preemption_raw.json")
-        raise
-    rows = [{"steps": k, "tau_s": inputs["step_s"] * k, "predicted_s": predict(inputs, inputs["step_s"] * k),
-             "measured": spread([x["wall_s"] for x in results[k]]), "wall_s": [x["wall_s"] for x in results[k]],
-             "kills": sum(x["kills"] for x in results[k])} for k in intervals]
-    verdict = verdicts(inputs, rows, checks)
-    text = report(inputs, pre, rows, verdict, loads)
-    print("\n" + text)
-    name = "preemption_hogs" if args.hogs else "preemption"
-    if args.json is None:
-        plot(inputs, rows, Path(__file__).resolve().parent / "results" / f"{name}.png")
-    passed = all(verdict[k] for k in ("prediction within 15%", "tau* inside the near-best range",
-                                      "exact resume after every kill", f"at least {MIN_KILLS} kills"))
-    raw = {"prephase": pre, "uninterrupted": plain, "jobs": results}
-    path = write_json(name, {"machine": info, "inputs": inputs, "restart_tax": pre["restart_tax"], "rows": rows, "verdict": verdict, "passed": passed,
-                             "load_avg_1m": loads, "measurements": raw, "table": text}, args.json)
-    print(f"\nJSON: {path}")
-    return 0 if passed else 1
+    return judge(args, info, {"prephase": pre, "uninterrupted": plain, "jobs": results}, told, jobs, checks, loads)
 
 
 if __name__ == "__main__":
