@@ -113,7 +113,7 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sub.finish()
-    if not sub.final and setup.require_commits and grade.commits and not _discipline_ok(grade):
+    if not sub.final and setup.require_commits and grade.commits.startswith("不合格"):
         grade.notes.append(f"--require-commits: 提交纪律不合格,作业记 0 分(检查本身通过 {grade.passed} 个)")
         grade.passed = 0
     return sub
@@ -123,7 +123,3 @@ def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, sub: 
     """The homework's steps, in ``scratch`` (``item``, ``setup`` and ``sandbox`` are ``sub``'s)."""
     sub.scratch = scratch
     run_steps_sync(HOMEWORK_STEPS, sub)
-
-
-def _discipline_ok(grade: Grade) -> bool:
-    return not grade.commits.startswith("不合格")

@@ -118,7 +118,6 @@ class RunResult:
     cells: dict[int, CellResult] = field(default_factory=dict)
     stop: CellResult | None = None
     startup_error: str = ""
-    seconds: float = 0.0
 
 
 class _Cell:
@@ -209,7 +208,6 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
     from jupyter_client import AsyncKernelManager
 
     result = RunResult()
-    start = time.monotonic()
     context = zmq.asyncio.Context()
     context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE)
     context.setsockopt(zmq.LINGER, 0)
@@ -249,7 +247,6 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
         except Exception:  # noqa: BLE001 - already dead, never started
             pass
         context.destroy(linger=0)
-        result.seconds = time.monotonic() - start
 
 
 # ---------------------------------------------------------------- the notebook's run step

@@ -78,10 +78,9 @@ _FALLBACK = re.compile(r"""(?P<string>[rbuf]{0,2}(?:'''[\s\S]*?'''|\"\"\"[\s\S]*
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A script's shingle hashes (baseline shingles removed), its token count, and whether tokenize failed on it."""
+    """A script's shingle hashes (baseline shingles removed), and whether tokenize failed on it."""
 
     prints: frozenset[int]
-    tokens: int
     degraded: bool = False
 
 
@@ -188,7 +187,7 @@ def _baseline_shingles(baseline: str) -> frozenset[int]:
 def fingerprint(source: str, baseline: str = "") -> Fingerprint:
     """The shingles of ``source`` that ``baseline`` does not have."""
     stream, degraded = tokens(source)
-    return Fingerprint(frozenset(_shingles(stream) - _baseline_shingles(baseline)), len(stream), degraded)
+    return Fingerprint(frozenset(_shingles(stream) - _baseline_shingles(baseline)), degraded)
 
 
 def _score(a: frozenset[int], b: frozenset[int]) -> tuple[float, int]:
@@ -209,7 +208,7 @@ def _row(learner: str, other: str, script: str, a: Fingerprint, b: Fingerprint) 
 
 def _overall(prints: dict[str, Fingerprint]) -> Fingerprint:
     return Fingerprint(frozenset().union(*(p.prints for p in prints.values())),
-                       sum(p.tokens for p in prints.values()), any(p.degraded for p in prints.values()))
+                       any(p.degraded for p in prints.values()))
 
 
 def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[str, str]],

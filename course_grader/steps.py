@@ -38,13 +38,12 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 from course_grader import answers, discipline, hand_in, kernel, plan, regrade, scan, upgrades
 from course_grader.submission import Submission
 
-__all__ = ["NOTEBOOK_STEPS", "HOMEWORK_STEPS", "run_steps", "run_steps_sync", "step_modules", "hooks"]
+__all__ = ["NOTEBOOK_STEPS", "HOMEWORK_STEPS", "run_steps", "run_steps_sync", "hooks"]
 
 Step = Callable[[Submission], Any]
 
@@ -72,12 +71,8 @@ def run_steps_sync(steps: tuple[Step, ...], sub: Submission) -> Submission:
     return sub
 
 
-def step_modules() -> list[ModuleType]:
-    """The modules of both lists' steps, each once, in order."""
-    names = dict.fromkeys(s.__module__ for s in NOTEBOOK_STEPS + HOMEWORK_STEPS)
-    return [sys.modules[name] for name in names]
-
-
 def hooks(name: str) -> dict[str, Any]:
-    """Short module name -> the attribute ``name`` of each step module that defines it."""
-    return {m.__name__.rsplit(".", 1)[1]: getattr(m, name) for m in step_modules() if hasattr(m, name)}
+    """Short module name -> the attribute ``name`` of each step module (both lists', each once, in order) that
+    defines it."""
+    modules = dict.fromkeys(sys.modules[s.__module__] for s in NOTEBOOK_STEPS + HOMEWORK_STEPS)
+    return {m.__name__.rsplit(".", 1)[1]: getattr(m, name) for m in modules if hasattr(m, name)}
