@@ -44,7 +44,7 @@ after every kill, with at least 20 kills. The plot (``bench/results/preemption.p
 the measured medians with their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench
 (``preemption_hogs.json``).
 
-    python bench/preemption.py                  # 5 intervals x 5 seeds, ~10 minutes on 2 quiet cores
+    python bench/preemption.py                  # 5 intervals x 5 seeds, ~11 minutes on 2 quiet cores (C 11-36 ms)
     python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
