@@ -76,7 +76,7 @@ def execute(path: Path, record: Path, upto: int | None, upto_last_claim: bool, t
     cell with ``upto_last_claim``, else to the end): seconds, cells run, the error if any."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
     if upto is not None or upto_last_claim:
@@ -86,7 +86,7 @@ def execute(path: Path, record: Path, upto: int | None, upto_last_claim: bool, t
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-    except (CellExecutionError, CellTimeoutError) as exc:
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:  # the next run goes on
         error = str(exc).strip().splitlines()[-1][:300]
     return {"seconds": round(time.perf_counter() - start, 1), "cells": len(nb.cells), "error": error,
             "claims": read_records(record)}
