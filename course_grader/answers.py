@@ -1,14 +1,12 @@
 """Checks the grader scores itself, outside the kernel: the self-test answers of ``09_self_test``.
 
-A check cell such as ``check_self_test_answers(self_test_answers)`` compares the learner's answer
-dict with the quiz key. Run inside the learner's kernel, anything there could compute the dict
-from the key or rebind the check. So for the checks listed in :data:`OUTSIDE` the grader ignores
-the kernel: it takes the learner's exercise *source*, reads the dict the function returns as a
-literal (:func:`literal_return`: strings, numbers, simple arithmetic such as ``0.999 ** 200``;
-nothing is called or imported) and runs the same check function in the grader's own process, with
-the key loaded from the installed ``course_tools`` there. The in-notebook check keeps working for
-learners unchanged; a function that builds its dict with code is not accepted by the grader (the
-note says to write the answers as a literal).
+A check cell such as ``check_self_test_answers(self_test_answers)`` compares the learner's answer dict
+with the quiz key; inside the learner's kernel, anything could compute the dict from the key or rebind
+the check. So for the checks in :data:`OUTSIDE` the grader ignores the kernel: it reads the literal the
+learner's function returns from its *source* (:func:`literal_return`: strings, numbers, simple
+arithmetic such as ``0.999 ** 200``; nothing is called or imported) and runs the same check function in
+its own process, against the key of the installed ``course_tools``. A function that builds its dict with
+code is not accepted (the note says to write the answers as a literal); in Jupyter nothing changes.
 
 Example::
 

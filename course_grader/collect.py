@@ -3,29 +3,23 @@
 A submission path is a learner's notebook, a learner folder (notebooks directly inside) or a class
 folder; learner folders are the folders at the depth where most notebooks sit (``alice/``, or
 ``sec1/alice/`` for sections), so one stray notebook at the top hides nothing. Learners are keyed by their
-path relative to the submission root (prefixed by the root's name when several roots are given),
-so ``sec1/alice`` and ``sec2/alice`` are two learners. Every learner gets one :class:`Item` per
-graded reference notebook, submitted or not, so a missing notebook counts as 0, never as exempt.
+path relative to the submission root (prefixed by the root's name when several roots are given), so
+``sec1/alice`` and ``sec2/alice`` are two learners. Every learner gets one :class:`Item` per graded
+reference notebook, submitted or not, so a missing notebook counts as 0, never as exempt.
 
-Each file and folder met is either graded or reported (:class:`Finding`): notebooks are matched to
-a reference by exact name, then ignoring case (``.IPYNB``), then by number (``2_grad_clipping.ipynb``,
-``02_x (1).ipynb``), then by name (``grad_clipping.ipynb``); a notebook in a subfolder is graded
-when the learner has none at the top (zip files nest). Reported, never graded: hidden files and
-folders (``.ipynb_checkpoints``), symlinks (refused: a link to the reference would score full
-marks), a second notebook for the same reference (the best match is graded, the row is flagged for
-review), notebooks outside any learner folder (strays), files that are not notebooks and
-notebooks that match no reference.
+Each file and folder met is graded or reported (:class:`Finding`). Notebooks match a reference by exact
+name, then ignoring case (``.IPYNB``), then by number (``2_grad_clipping.ipynb``, ``02_x (1).ipynb``), then
+by name (``grad_clipping.ipynb``); one in a subfolder is graded when the learner has none at the top (zip
+files nest). Reported, never graded: hidden files and folders, symlinks (refused: a link to the reference
+would score full marks), a second notebook for the same reference (the best match is graded, the row
+flagged for review), notebooks outside any learner folder, other files and unmatched notebooks.
 
-The homework (``collect(..., homework="10_homework.ipynb")``) is one more item per learner, found
-in one of these forms (``Item.form``), the first one present winning: a git bundle (``*.bundle``
-in the learner folder, made by ``git bundle create hw.bundle homework-0.4``), the learner's clone
-of the workbook with its ``.git`` (``clone-git``) or without (``clone``; a folder holding
-``notebooks/``, either the learner folder itself or a folder in it; its scripts are in
-``notebooks/homework/``, its notebooks in ``notebooks/`` are graded, the rest of the clone is not
-looked at), or a ``homework/`` folder with the scripts (``folder``). A second form is reported,
-never graded. A clone counts as one submission when the learner folders' depth is decided.
-
-Each graded notebook is read later, by :func:`course_grader.plan.read_notebook`.
+The homework (``collect(..., homework="10_homework.ipynb")``) is one more item per learner, in the first of
+these forms present (``Item.form``, :data:`FORMS`): a git bundle (``*.bundle``), the learner's clone of the
+workbook with its ``.git`` (``clone-git``) or without (``clone``: a folder holding ``notebooks/``, the
+learner folder itself or one in it; its notebooks in ``notebooks/`` are graded, its scripts are in
+``notebooks/homework/``, nothing else of it is looked at), or a ``homework/`` folder (``folder``). A second
+form is reported, never graded. A clone counts as one submission when the learners' depth is decided.
 
 Example::
 

@@ -1,39 +1,29 @@
 """The homework's commits: read a learner's git history without trusting it (the verdict: ``discipline``).
 
-Part of :mod:`course_grader`. The homework asks for each upgrade in its own commit, in order; the
-grader hands :func:`open_history` what the learner submitted:
+Part of :mod:`course_grader`. :func:`open_history` takes what the learner handed in: a plain folder
+(``None``: nothing to judge, no penalty), the learner's clone (``path/.git`` a folder), a git folder itself
+(``path`` holds ``HEAD``, ``objects/`` and ``refs/``) or a git bundle (its first line ``# v2 git bundle`` /
+``# v3 git bundle``; its head ref is ``HEAD``, else ``refs/heads/homework-0.4``, else
+``refs/tags/homework-0.4``, else its only ref, else the ref whose commit is newest).
 
-- a plain folder without history: ``None`` (nothing to judge, no penalty:
-  :data:`~course_grader.discipline.NO_HISTORY`);
-- the learner's clone of the workbook (``path/.git`` a folder) or a git folder itself (``path``
-  holds ``HEAD``, ``objects/`` and ``refs/``): the history of its ``HEAD``;
-- a git bundle (``git bundle create hw.bundle homework-0.4``; recognised by its first line
-  ``# v2 git bundle`` / ``# v3 git bundle``): the history of its head ref, chosen as ``HEAD``,
-  else ``refs/heads/homework-0.4``, else ``refs/tags/homework-0.4``, else its only ref, else
-  the ref whose commit is newest.
-
-:class:`History` then names the workbook's starting commit (:attr:`History.start`): the newest
-commit of the head's first-parent line that is on the course repository's published branch (``course``,
-default the grader's own checkout; the first of :data:`PUBLISHED` it has), not merely present there: a
-checkout holding the learner's commits (their own clone, a course repository a bundle was fetched
-into) must not make them the start. When there is no published branch, or it already holds the head,
-the start note says in one line why the grader cannot tell, and the start is the newest commit whose
+:attr:`History.start` is the newest commit of the head's first-parent line that is on the course
+repository's published branch (the first of :data:`PUBLISHED` it has), not merely present there: a
+checkout holding the learner's commits (their own clone, a course repository a bundle was fetched into)
+must not make them the start. Without a published branch, or when it already holds the head, the start
+note says in one line why the grader cannot tell, and the start is the newest commit whose
 ``notebooks/homework/train_cifar.py`` is the released baseline byte for byte; failing that, the root.
-:attr:`History.commits` are the learner's commits after it on that line, oldest first (merges
-included); the walk (:mod:`course_grader.discipline`) checks them through :meth:`History.export`.
+:attr:`History.commits` are the learner's commits after it on that line, oldest first (merges included).
 
 Security: the history is untrusted and the grader runs as the instructor. No git command runs inside the
-learner's folder. A git folder is copied into the scratch folder first, regular files only (no symlinks,
-nothing but ``HEAD``, ``packed-refs``, ``shallow``, ``refs/`` and ``objects/`` without
-``objects/info/alternates``), at most 256 MiB and 20 000 files; a bundle is copied the same way and ``git
-bundle verify``-ed. The learner's ``config`` (``core.fsmonitor``, ``core.hooksPath``, filters,
-``include.path``...), hooks, alternates and a ``.git`` that is a symlink or a ``gitdir:`` file are therefore
-never read. From that copy the head's history is fetched (objects checked: ``transfer.fsckObjects``) into a
-FRESH bare repository in ``scratch``, and everything afterwards reads only that repository. Every git call
-gets a clean environment (``GIT_CONFIG_NOSYSTEM=1``, ``GIT_CONFIG_GLOBAL=/dev/null``, ``HOME`` = the scratch
-folder, no prompts), ``-c core.hooksPath=/dev/null -c core.fsmonitor=false``, only the ``file`` protocol, and
-a timeout. Files are read out with ``git cat-file`` (no filters, no attributes); :meth:`History.export`
-refuses symlinks, submodules, paths leaving ``dest``, files over 1 MiB and more than 50 files.
+learner's folder: a git folder is copied into scratch first (regular files only, nothing but ``HEAD``,
+``packed-refs``, ``shallow``, ``refs/`` and ``objects/`` without alternates, at most 256 MiB and 20 000
+files), a bundle is copied and ``git bundle verify``-ed, so the learner's ``config`` (fsmonitor, hooksPath,
+filters, ``include.path``...), hooks, alternates and a ``.git`` that is a symlink or a ``gitdir:`` file are
+never read. The head's history is fetched (``transfer.fsckObjects``) into a FRESH bare repository, the only
+one read afterwards; every git call gets a clean environment (no system or global config, ``HOME`` = the
+scratch folder, no prompts), the options of :data:`_SAFE_CONFIG`, only the ``file`` protocol and a timeout.
+Files are read out with ``git cat-file`` (no filters); :meth:`History.export` refuses symlinks, submodules,
+paths leaving ``dest``, files over 1 MiB and more than 50 files.
 
 Example::
 

@@ -1,16 +1,13 @@
 """Commit discipline of the homework: did each passing upgrade arrive in its own commit, in order?
 
-Part of :mod:`course_grader`, the homework's last step (:func:`step`, after
-:mod:`course_grader.upgrades`). The homework (``10_homework.ipynb``) asks for each upgrade in its
-own commit, in order. The walk finds, for each upgrade, the first of the learner's commits
-(:attr:`~course_grader.commits.History.commits`) at which its check passes: the checks are
-cumulative, so "passes" is monotone along the commits that change ``notebooks/homework/``; the
-commits before the first one that has started the upgrade fail without a run, that commit is tried
-next, then a binary search (:meth:`~course_grader.upgrades._Runner.first_pass`: at most
-``1 + ceil(log2(n))`` runs of each check for ``n`` such commits besides the run at the head), every
-result memoised per content. :func:`judge_discipline` turns those commits into a :class:`Discipline`,
-which goes into the ``commits`` column and the feedback. A plain folder has no history:
-:data:`NO_HISTORY`, never a penalty.
+Part of :mod:`course_grader`, the homework's last step (:func:`step`, after :mod:`course_grader.upgrades`).
+The walk finds, for each upgrade, the first of the learner's commits
+(:attr:`~course_grader.commits.History.commits`) at which its check passes: the checks are cumulative,
+so "passes" is monotone along the commits that change ``notebooks/homework/``, and
+:meth:`~course_grader.upgrades._Runner.first_pass` needs at most ``1 + ceil(log2(n))`` runs of each check
+for ``n`` such commits besides the run at the head. :func:`judge_discipline` turns those commits into a
+:class:`Discipline`, which goes into the ``commits`` column and the feedback. A plain folder has no
+history: :data:`NO_HISTORY`, never a penalty.
 
 Example::
 

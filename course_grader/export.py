@@ -3,18 +3,10 @@
 Reference machinery for the grader (``course_grader``), not taught. One row per learner, one
 column per graded notebook (the homework is the ``10_homework`` column), then the total; every score
 is a percentage (0-100, one decimal), the total over all checks as the feedback's 总分 counts them.
-A notebook a learner has no row for stays empty.
-
-- ``canvas``: the layout of Canvas's gradebook CSV import (the columns of its own export):
-  ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per assignment (a new
-  column name creates a new assignment on import). The total goes into ``Final Score``, one of the
-  read-only columns Canvas ignores on import, so it creates no assignment.
-- ``moodle``: Moodle's CSV grade import (Grades > Import > CSV file): one column identifies the user,
-  mapped on the import page (``Email address`` to ``useremail``, or ``ID number`` to
-  ``useridnumber``), and each other column is mapped to a grade item (or to a new one); ``Total`` can
-  be mapped to nothing.
-- ``xlsx``: one plain sheet, learner x assignment, with Chinese headers, for platforms that import
-  Excel (学习通, 雨课堂); written with openpyxl.
+A notebook a learner has no row for stays empty. The layouts (README, "LMS gradebook"): ``canvas``, the
+columns of Canvas's own gradebook export, the total in ``Final Score`` (a read-only column its import
+ignores, so it creates no assignment); ``moodle``, one identity column to map on Moodle's CSV import page,
+``Total`` mapped to nothing; ``xlsx``, one plain sheet with Chinese headers (学习通, 雨课堂), via openpyxl.
 
 The roster (``--roster roster.csv``, UTF-8 with a header) maps learner folders to LMS identities:
 column ``learner`` (the folder as in ``grades.csv``: ``sec2/bob``) and any of ``name``, ``id``,
@@ -23,8 +15,7 @@ submission are kept as rows (the latter scored 0, like any missing notebook) and
 :attr:`Gradebook.unmatched`, never dropped.
 
 Pitfall: folder names and roster fields are untrusted; every text cell goes through
-:func:`~course_grader.report.safe_field` (a leading ``=``, ``+``, ``-``, ``@`` gets a ``'``), in
-the CSV files and in the xlsx cells alike.
+:func:`~course_grader.report.safe_field`, in the CSV files and in the xlsx cells alike.
 
 Example::
 

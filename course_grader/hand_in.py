@@ -1,16 +1,13 @@
 """The homework handed in: the history opened and the scripts copied out of the submission, safely.
 
-Part of :mod:`course_grader`, the homework's first step (:func:`step`). The learner hands in the
-scripts in one of the forms :mod:`course_grader.collect` recognises (``homework/`` folder, clone of
-the workbook with or without ``.git``, git bundle); the one command a learner runs to hand in, from
-the workbook's root after committing each upgrade on the branch ``homework-0.4``, is :data:`HAND_IN`.
-The history (clone with ``.git``, bundle) is read by :mod:`course_grader.commits` into the learner's
-scratch folder. :func:`copy_scripts` copies the regular files of the working tree into that folder
-(no symlinks, no folders, no hidden files, at most 50 files of at most 1 MiB each), so nothing the
-learner's folder links to is ever read or run; a bundle's scripts are its head commit, exported
-later. :func:`texts` reads the scripts for the similarity report; :func:`digest` tells whether the
-working tree equals the last commit; :func:`pin` makes an exported commit's folder a work tree whose
-``HEAD`` is that commit (what the scripts record in ``config.json``).
+Part of :mod:`course_grader`, the homework's first step (:func:`step`), for the forms
+:mod:`course_grader.collect` recognises; the one command a learner runs to hand in is :data:`HAND_IN`. The
+history (clone with ``.git``, bundle) is read by :mod:`course_grader.commits` into the learner's scratch
+folder; :func:`copy_scripts` copies the regular files of the working tree there (no symlinks, folders or
+hidden files, at most 50 files of at most 1 MiB each), so nothing the learner's folder links to is ever
+read or run; a bundle's scripts are its head commit, exported later. :func:`texts` reads the scripts for
+the similarity report; :func:`digest` tells whether the working tree equals the last commit; :func:`pin`
+makes an exported commit's folder a work tree whose ``HEAD`` is that commit (what the scripts record).
 
 Example::
 

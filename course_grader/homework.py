@@ -1,14 +1,11 @@
 """Grade the homework of ``10_homework``: each learner's scripts, run by the upgrade checks in sandboxes (instructor tool).
 
-Part of :mod:`course_grader`. :func:`grade_homework` makes one learner's
-:class:`~course_grader.submission.Submission`, runs :data:`~course_grader.steps.HOMEWORK_STEPS` on it
-in a scratch folder of its own (the hand-in read safely: :mod:`course_grader.hand_in`; the stamp and
-``--regrade``: :mod:`course_grader.regrade`; each upgrade's check, every run in its own sandbox:
-:mod:`course_grader.upgrades`; the commit walk and its verdict: :mod:`course_grader.discipline`)
-and builds the row from the final record: one row per learner (``passed/total`` = upgrades) and one
-check row per upgrade. The head's verdicts always come from running the checks; the score is their
-count, set to 0 only by ``--require-commits`` (:attr:`HomeworkSetup.require_commits`) on a history
-that fails the commit verdict (a plain folder has no history and is never penalised).
+Part of :mod:`course_grader`. :func:`grade_homework` runs :data:`~course_grader.steps.HOMEWORK_STEPS` on one
+learner's :class:`~course_grader.submission.Submission` in a scratch folder of its own and builds the row
+from the final record: one row per learner (``passed/total`` = upgrades), one check row per upgrade. The
+head's verdicts always come from running the checks; the score is their count, set to 0 only by
+``--require-commits`` (:attr:`HomeworkSetup.require_commits`) on a history that fails the commit verdict
+(a plain folder has no history and is never penalised).
 
 Example::
 

@@ -1,21 +1,14 @@
 """The class report as pages to look at: ``grades.html`` beside ``grades.csv``, and one HTML feedback page per learner.
 
-Reference machinery for the grader (``course_grader``), not taught. Written after a grading
-run (:func:`~course_grader.pipeline.grade_all`), ``merge`` and ``--only``, from the same
-:class:`~course_grader.report.Grade` rows as the CSV files:
-
-- ``grades.html``: the score distribution per notebook and for the homework, each check's class pass
-  rate (hardest first) with its discrimination (:mod:`course_grader.class_stats`), the rows
-  flagged for review, the similarity pairs at or above the threshold with the lines they share side
-  by side (:func:`~course_grader.similarity.matched_blocks`), the commit-discipline verdicts, and a table of
-  learners, each linking to their page;
-- ``grades_feedback/<learner>.html`` (next to the Markdown, same base name:
-  :func:`~course_grader.report.feedback_names`): per notebook, each failed check with its
-  message, its hint tier 1 and how to reproduce it (:class:`Guide`: a notebook's check is named by its
-  cell's label and its check cell calls a ``check_*`` of a ``course_tools.checks.nbNN_*`` module, whose
-  ``HINTS`` hold the tiers; a homework upgrade's tiers are ``nb10_homework.HINTS``' and its message ends
-  with the command that reproduces it, ``复现: python ...``; only tier 1 is shown: it names the concept,
-  never the answer; a check cell that calls no ``check_*`` has no hint).
+Reference machinery for the grader (``course_grader``), not taught, written from the same
+:class:`~course_grader.report.Grade` rows as the CSV files after a run, ``merge`` and ``--only``.
+``grades.html``: the score distribution, each check's class pass rate with its discrimination
+(:mod:`course_grader.class_stats`), the rows flagged for review, the similar pairs with the lines they
+share side by side, the commit-discipline verdicts, the step modules' sections and the learners, each
+linking to their page. ``grades_feedback/<learner>.html`` (the Markdown's base name,
+:func:`~course_grader.report.feedback_names`): per notebook, each failed check with its message, hint tier
+1 (:class:`Guide`: the ``HINTS`` of the ``check_*`` its cell calls, or of ``nb10_homework`` for an upgrade;
+tier 1 names the concept, never the answer) and how to reproduce it.
 
 Why: a class of 30 is 400 CSV rows; the page shows where the class is stuck and whom to look at.
 Pitfall: everything a learner controls (folder names, messages, scripts) is untrusted: every text

@@ -4,22 +4,14 @@ The grader, not the kernel, decides what happened to each cell, from the kernel'
 and error messages on the Jupyter protocol; nothing is read back from files the kernel could write.
 Time limits count the CPU seconds of the kernel's whole sandbox (``KernelBox.cpu_seconds``), read
 every quarter of a second, so a busy machine does not fail honest cells; code that sleeps is
-stopped by a wall-clock backstop of ``WALL_FACTOR`` times the CPU limit. Per cell:
-
-- ``ok`` / ``error``: the execute reply's status (an ``error`` message on IOPub also counts as error);
-- ``timeout``: still running after ``cell_timeout`` CPU seconds; the grader sends an interrupt
-  *message* (``interrupt_mode: message``) and the cell stopped within ``grace`` seconds;
-- ``wall``: the same after ``WALL_FACTOR * cell_timeout`` seconds of wall time (a cell that sleeps);
-- ``unresponsive``: it did not stop within ``grace`` seconds of the interrupt (a loop that swallows
-  ``KeyboardInterrupt``); the kernel is killed;
-- ``dead``: the kernel process exited (``os._exit``, a segfault, the memory limit); noticed within
-  a quarter of a second, not after the cell's time limit;
-- ``deadline`` / ``deadline_wall``: the notebook's total (:class:`Budget`: CPU seconds of all its
-  runs, or its wall-clock backstop) ran out (same interrupt-then-kill as a timeout);
-- ``abuse``: the kernel wrote into its connection folder (the only host folder it can write).
-
-Any result other than ok/error ends the run: the caller decides whether to run again. Every process
-of the sandbox is killed and gone before :func:`run_cells` returns.
+stopped by a wall-clock backstop of ``WALL_FACTOR`` times the CPU limit. A cell ends ``ok`` or
+``error`` (the reply's status, or an ``error`` message on IOPub), or the run ends early: ``timeout``
+(past ``cell_timeout`` CPU seconds; interrupted by a *message*, ``interrupt_mode: message``, and stopped
+within ``grace`` seconds), ``wall`` (the same after ``WALL_FACTOR * cell_timeout`` wall seconds),
+``unresponsive`` (not stopped within ``grace`` of the interrupt: the kernel is killed), ``dead`` (the
+kernel exited; noticed within a quarter of a second), ``deadline`` / ``deadline_wall`` (the notebook's
+:class:`Budget` ran out) or ``abuse`` (the kernel wrote into its connection folder). The caller
+decides whether to run again; every process of the sandbox is gone before :func:`run_cells` returns.
 
 Why not nbval or nbclient: nbval starts its kernels with a TCP ``KernelManager`` whose transport
 and connection file cannot be chosen (a kernel in a network namespace is unreachable), waits a

@@ -1,11 +1,7 @@
 """One learner x one reference notebook, from :class:`Item` to :class:`Grade`, through the notebook's steps.
 
-Part of :mod:`course_grader`. :func:`grade_item` makes the
-:class:`~course_grader.submission.Submission` record, runs
-:data:`~course_grader.steps.NOTEBOOK_STEPS` on it (read and merge the submission; stamp it and, with
-``--regrade``, keep an unchanged row; stub the exercises the tamper scan flagged; run the notebook in
-a sandboxed kernel, again with each offending exercise stubbed, at most once per exercise; score
-each check from the kernel's reply or outside it) and builds the row from the final record.
+Part of :mod:`course_grader`. :func:`grade_item` makes the :class:`~course_grader.submission.Submission`
+record, runs :data:`~course_grader.steps.NOTEBOOK_STEPS` on it and builds the row from the final record.
 
 Example::
 

@@ -1,15 +1,12 @@
 """The class run: every learner x graded notebook, and the homework, under the submission folders.
 
-Part of :mod:`course_grader`. :func:`grade_all` reads the references (:mod:`course_grader.plan`),
-checks that the sandbox can start and cannot see the reference, submissions or report, collects the
-items (:mod:`course_grader.collect`), keeps this machine's ``--shard``, grades ``jobs`` items at a
-time (a notebook: :mod:`course_grader.notebook`; the homework: :mod:`course_grader.homework`,
-in a thread), writes each row as it finishes (:mod:`course_grader.report`; ``--resume`` skips the
-rows already there) and finally the similarity report of the homework scripts
-(:mod:`course_grader.similarity`) and the pages to look at (``grades.html`` and the HTML feedback:
-:mod:`course_grader.html_report`). ``only`` (``--only alice,sec2/bob``) grades just those learners
-and merges them into the existing report: the other learners' rows are kept as they are. A grader bug
-in one item is that item's row (score 0, its total kept), never the end of the run.
+Part of :mod:`course_grader`. :func:`grade_all` reads the references, checks that the sandbox can start
+and cannot see the reference, submissions or report, collects the items, keeps this machine's
+``--shard``, grades ``jobs`` items at a time (the homework in a thread), writes each row as it finishes
+(``--resume`` skips the rows already there), then the similarity report of the homework scripts and the
+pages to look at. ``only`` (``--only alice,sec2/bob``) grades just those learners and merges them into
+the existing report. A grader bug in one item is that item's row (score 0, its total kept), never the
+end of the run.
 
 Example::
 

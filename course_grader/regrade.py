@@ -1,28 +1,20 @@
 """Regrading with a diff: every row says what produced it, and ``--regrade OLD.csv`` re-runs only what changed.
 
-Part of :mod:`course_grader`, one step of both lists in :mod:`course_grader.steps` (a notebook's
-first; the homework's after the hand-in is read: a homework row settled before, nothing handed in or
-unreadable, has no stamp and is read again on a regrade). It stamps every row with what its verdicts
-depend on:
+Part of :mod:`course_grader`, one step of both lists in :mod:`course_grader.steps` (a notebook's first; the
+homework's after the hand-in is read: a homework row settled before that has no stamp and is read again).
+The stamp: ``version`` per check (``grades.checks.csv``), a content hash of a notebook check's cell, the
+``check_*`` function it calls and its exercise's reference solution, or of an upgrade's check function and
+the reference scripts it names; ``python``, ``torch`` and ``submission`` (a hash of the notebook file, or of
+the homework's head commit and scripts) in ``grades.csv``; ``grader``, the grader's commit, recorded only.
 
-- ``version`` (per check, in ``grades.checks.csv``): a content hash of the check and its reference. A
-  notebook check: its cell, the source of the ``check_*`` function the cell calls and the reference
-  solution of its exercise; a homework upgrade: its check function and the reference scripts it names;
-- ``python``, ``torch``: the versions installed; ``submission``: a hash of what was handed in (the
-  notebook file's bytes; the homework's head commit and scripts), in ``grades.csv``;
-- ``grader``: the grader's commit, recorded only: a new commit alone does not re-run a row.
+With ``--regrade OLD.csv`` (its ``.checks.csv`` beside it) a row whose stamp equals OLD's is copied from OLD
+and nothing of the learner's runs; the other rows are graded again. ``<report stem>.diff.csv`` then holds a
+header and one row per learner x check whose verdict changed (:data:`DIFF_COLUMNS`: old and new verdict
+as ``1``/``0``, empty where the check did not exist, and what changed in the stamp); ``grades.html`` lists them.
 
-With ``--regrade OLD.csv`` (a report of an earlier run, its ``.checks.csv`` beside it) a row whose
-stamp equals OLD's (every check's version, Python, torch, the submission) is copied from OLD and
-nothing of the learner's runs; the other rows are graded again. After the run
-``<report stem>.diff.csv`` holds a header line and one row per learner x check whose verdict changed
-(:data:`DIFF_COLUMNS`: old and new verdict as ``1``/``0``, empty where the check did not exist, and
-what changed in the stamp), and ``grades.html`` lists the same rows.
-
-Why: when a check is fixed or torch is upgraded, the instructor sees whose verdict changed and why,
-and a regrade with nothing changed takes seconds. Pitfall: a check's version hashes its own
-function's source, not the helpers that function calls; after changing only a helper, grade without
-``--regrade``.
+Why: after a check is fixed or torch upgraded, the instructor sees whose verdict changed and why, and a
+regrade with nothing changed takes seconds. Pitfall: a check's version hashes its own function's source,
+not the helpers that function calls; after changing only a helper, grade without ``--regrade``.
 
 Example::
 

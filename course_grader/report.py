@@ -1,14 +1,11 @@
 """The grader's reports: rows written as each notebook finishes, shard merging, pass rates, feedback.
 
-For ``--report grades.csv`` the grader writes, next to it:
-
-- ``grades.csv``: one row per learner and graded notebook (:data:`COLUMNS`), appended and flushed
-  as each notebook finishes, so an interrupted run keeps what it graded (``--resume`` goes on);
-- ``grades.checks.csv``: one row per check cell (:data:`CHECK_COLUMNS`), the source of the pass rates
-  and the feedback;
-- ``grades.files.csv``: every file and folder met while collecting, graded or reported, and why;
-- ``grades.pass_rate.csv``: per check, how many learners passed it (which exercise is hard);
-- ``grades_feedback/<learner>.md``: one Markdown file per learner, every failed check's message.
+For ``--report grades.csv`` the grader writes, next to it: ``grades.csv`` (one row per learner and graded
+notebook, :func:`row_columns`, appended and flushed as each notebook finishes, so an interrupted run keeps
+what it graded and ``--resume`` goes on), ``grades.checks.csv`` (one row per check cell,
+:func:`check_columns`), ``grades.files.csv`` (every file and folder met while collecting, and why),
+``grades.pass_rate.csv`` (per check, how many learners passed it) and ``grades_feedback/<learner>.md``
+(every failed check's message).
 
 Every field is one line without control characters; a field starting with ``=``, ``+``, ``-``, ``@``
 (or a tab/CR) gets a leading ``'`` so a spreadsheet shows it as text instead of running a formula.

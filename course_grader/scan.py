@@ -1,18 +1,13 @@
 """Static scan of a learner's exercise source for code that reaches the check machinery or the runtime.
 
-The sandbox keeps learner code away from the grader, the reference and other learners, but inside
-its own kernel a learner can still rebind a check function or patch IPython so that a failing check
-looks passed. :func:`scan` finds the ways to do that in the source (parsed with IPython's own
-input transformer, so magics and ``!shell`` lines are seen too) and returns one :class:`Flag` per
-line, which the grader reports as "需人工检查" (needs manual review) with the line.
-
-Flagged: ``sys.modules`` and the interpreter's hooks, ``get_ipython``/IPython (input and AST
-transformers, custom exception handlers), any use of ``course_tools`` (the checks), assigning to a
-module's attribute (``torch.allclose = ...``), ``builtins``/``__builtins__``, the environment (any
-``environ``/``environb``, ``posix``, ``vars()``: ``COURSE_CHECKS=strict`` keeps a stub a failed check), ``/proc``,
-signals (``signal``, ``os.kill``), frame and object internals (``__globals__``, ``f_back``, ``gc``,
-``ctypes``, ``inspect``), ``globals()``, and ``exec``/``eval``/``compile``/``__import__``/``importlib``/
-``getattr``/``setattr``/``delattr`` with a non-literal argument. Literal strings given to ``exec``,
+The sandbox keeps learner code away from the grader, the reference and other learners, but inside its
+own kernel a learner can still rebind a check function or patch IPython so that a failing check looks
+passed. :func:`scan` finds the ways to do that in the source (parsed after IPython's own input
+transformer, so magics and ``!shell`` lines are seen too) and returns one :class:`Flag` per line, which
+the grader reports as "需人工检查" (needs manual review). Flagged: the modules, module attributes, object
+attributes and names of the tables below (the check machinery, the interpreter's and IPython's hooks, the
+environment, signals, frames), assigning to a module's attribute (``torch.allclose = ...``), ``/proc``, and
+the dynamic calls (``exec``, ``getattr``...) with a non-literal argument. Literal strings given to ``exec``,
 ``eval``, ``compile``, ``%time``/``%timeit`` are scanned as code, so
 ``getattr(__import__('s' + 'ys'), 'modules')`` and ``exec("import sys; sys.modules ...")`` are caught.
 Honest solutions of every notebook scan clean (``tests/test_grade.py::test_honest_solutions_scan_clean``).

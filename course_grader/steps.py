@@ -1,27 +1,10 @@
 """The grader's pipeline as code: the ordered steps of a notebook and of the homework, in one place.
 
-Part of :mod:`course_grader`. Each step is one module with one function, ``step(sub)``, over one
-:class:`~course_grader.submission.Submission`; the row written to the report is built from the
-record the last step leaves (:meth:`~course_grader.submission.Submission.finish`). A step that
-settles the row sets ``sub.done`` and the later ones are skipped. The idea is nbgrader's list of
-preprocessors: adding a step is one module and one entry in a list below.
-
-A notebook (:func:`course_grader.notebook.grade_item`):
-
-- ``regrade``: stamp the row (each check's version, Python, torch, the submission's hash); with
-  ``--regrade OLD.csv`` a row whose stamp still matches is copied from OLD.csv and nothing runs;
-- ``plan``: read the submission, merge its exercises into the released reference (unreadable or
-  missing: every check fails with the reason);
-- ``scan``: the exercises the tamper scan flagged run as their stubs (unless ``--run-flagged``);
-- ``kernel``: run the notebook in a sandboxed kernel, again with each offending exercise stubbed;
-- ``answers``: score every check cell from the kernel's replies, or outside it (self-test answers).
-
-The homework (:func:`course_grader.homework.grade_homework`):
-
-- ``hand_in``: open the history (clone, bundle) and copy the scripts handed in, safely;
-- ``regrade``: as above (the submission's hash: the head commit and the scripts);
-- ``upgrades``: each upgrade's check on the scripts handed in, every run in its own sandbox;
-- ``discipline``: the commit walk and its verdict (one upgrade per commit, in order).
+Part of :mod:`course_grader` (its docstring says what each step does). Each step is one module with one
+function, ``step(sub)``, over one :class:`~course_grader.submission.Submission`; the row written to the
+report is built from the record the last step leaves. A step that settles the row sets ``sub.done`` and the
+later ones are skipped. The idea is nbgrader's list of preprocessors: adding a step is one module and one
+entry in a list below.
 
 A step module may also define ``add_arguments(parser)`` and ``read_arguments(args, parser)`` (its
 flags; the value lands in ``options.steps[<module>]``), ``ROW_COLUMNS`` / ``CHECK_COLUMNS`` (extra

@@ -1,12 +1,9 @@
 """One submission on its way through the grader's steps: the record every step reads and fills in.
 
-Part of :mod:`course_grader`. A :class:`Submission` is one learner x notebook (or the homework):
-what was handed in (``item``), the run's settings, the row being built (``grade``: checks, notes,
-review, the ``commits`` column, the stamp in ``grade.extra``), and what one step leaves for a later
-one (the notebook's ``plan``, its ``outcomes``; the homework's ``history``, ``head`` and ``runner``).
-The steps run in the order of :mod:`course_grader.steps`; a step that settles the row (nothing handed
-in, unreadable, or a regrade whose stamp still matches) sets ``done`` and the later steps are skipped.
-The row written to the report is built from the final record (:meth:`Submission.finish`).
+Part of :mod:`course_grader`. A :class:`Submission` is one learner x notebook (or the homework): what was
+handed in (``item``), the run's settings, the row being built (``grade``, its stamp in ``grade.extra``),
+and what one step leaves for a later one (the notebook's ``plan`` and ``outcomes``; the homework's
+``history``, ``head`` and ``runner``), in the order of :mod:`course_grader.steps`.
 
 Example::
 

@@ -1,18 +1,14 @@
 """The homework's upgrade checks, run on a learner's scripts: at the scripts handed in, and at any commit.
 
-Part of :mod:`course_grader`, the homework step after the hand-in (:mod:`course_grader.hand_in`) and
-the stamp: :func:`step` runs each upgrade of :data:`course_tools.checks.nb10_homework.UPGRADES` on
-the scripts handed in, in the GRADER process: the check decides the outcome outside, every run of a
-learner's script starts through a :class:`~course_grader.sandbox.ScriptBox` (its own bubblewrap
-sandbox: the scripts read-only in a private folder, the run's own folder the one writable host path,
-no network, no other learner, no ``solutions/``, memory, pids and disk limits, every process gone
-with the sandbox). One check row per upgrade with the check's own message and a command that
-reproduces it. :class:`_Runner` also answers the commit walk of :mod:`course_grader.discipline`:
-whether a check passes at a commit (memoised per content of the scripts), whether a commit has
-started an upgrade (its ``train_cifar.py --help``, sandboxed, once per commit), and the first
-passing commit by a binary search. While the checks run, what they print for a learner in Jupyter
-(their passed lines) is dropped in the grading thread, and only there (:func:`quiet_checks`): with
-``--jobs`` several learners are graded in threads at once and the terminal keeps the grader's table.
+Part of :mod:`course_grader`, the homework step after the hand-in and the stamp: :func:`step` runs each
+upgrade of :data:`course_tools.checks.nb10_homework.UPGRADES` on the scripts handed in. The check runs in
+the GRADER process and decides the outcome; every run of a learner's script starts through a
+:class:`~course_grader.sandbox.ScriptBox` (its own sandbox). One check row per upgrade, with the check's
+own message and a command that reproduces it. :class:`_Runner` also answers the commit walk of
+:mod:`course_grader.discipline`: whether a check passes at a commit (memoised per content of the scripts),
+whether a commit has started an upgrade (its ``train_cifar.py --help``, sandboxed, once per commit), and
+the first passing commit. What the checks print for a learner in Jupyter is dropped in the grading thread
+only (:func:`quiet_checks`): with ``--jobs`` the terminal keeps the grader's table.
 
 Example::
 
