@@ -92,8 +92,9 @@ def file_costs(items, files: dict[str, float], tests: dict[str, float]) -> dict[
     A file costs the larger of its measured time and the sum of its measured tests. In a test module that run did
     not see, a test measured in another module counts under its own name when that name was measured once (a long
     test moved to a file of its own, so that another worker runs it, keeps its place until the next measurement).
-    What is left unmeasured is guessed from what it holds: end-to-end tests (``slow``) as long, a notebook (one
-    kernel, cell after cell) as medium, unit tests as short.
+    A file with nothing measured goes before every measured one (a new file may be long, and a long file started
+    last is the run's tail; a short one started first costs nothing), ordered by what it holds: end-to-end tests
+    (``slow``) as long, a notebook (one kernel, cell after cell) as medium, unit tests as short.
     """
     by_name: dict[str, list[float]] = {}
     for test, seconds in tests.items():
@@ -113,7 +114,9 @@ def file_costs(items, files: dict[str, float], tests: dict[str, float]) -> dict[
         elif rel not in files:
             guess = 60.0 if item.get_closest_marker("slow") else 10.0 if path.endswith(".ipynb") else 1.0
             guessed[path] = max(guessed.get(path, 0.0), guess)
-    return {path: max(seconds, summed.get(path, 0.0) + guessed.get(path, 0.0)) for path, seconds in measured.items()}
+    first = max(files.values(), default=0.0)  # what a file with nothing measured adds to its guess
+    return {path: first + guessed[path] if path in guessed and path not in summed
+            else max(seconds, summed.get(path, 0.0) + guessed.get(path, 0.0)) for path, seconds in measured.items()}
 
 
 def _measured_seconds() -> tuple[dict[str, float], dict[str, float]]:
