@@ -8,7 +8,7 @@ just measured. ``claim`` checks it in that same cell:
 - in a learner's notebook it prints one short Chinese note instead: on other hardware a
   number may land elsewhere, and a demo cell must never end in an AssertionError there;
 - with ``COURSE_CLAIMS=record:<path>`` (``bench/claims_under_load.py``) it appends one JSON line per
-  claim to ``<path>`` (its id, the statement, whether it held, the values) and never raises nor prints:
+  claim to ``<path>`` (its id, the statement, whether it held, the values) and never raises ``ClaimFailed`` nor prints:
   how often a claim about wall-clock time holds is measured over many runs, not decided by one.
 
 Example::

@@ -34,7 +34,8 @@ Example::
     expected_run(4.2 * 3600, 10, 120, 2 * 3600, 2.4, interval_s=3600).yuan   # "every hour": more
 
 ``replay_wall_time`` is one sample path of the same model: a job's wall time under given preemption times, whose
-mean over Poisson schedules is ``E[T]`` (``bench/preemption.py`` predicts each run it kills with it).
+mean over Poisson schedules is ``E[T]`` when τ divides W (plus the first start's expected time when it has one;
+``bench/preemption.py`` predicts each run it kills with it).
 ``IntervalTuner`` is the professional script's ``--ckpt-every-seconds auto --mtbf M``: Young's interval from the
 save times it measures, re-estimated after every save. Taught in ``08_time_estimate`` §7 (the model, the
 chapter's example at two preemption rates, the bench's plot; §8's exercise and its check compute the same).
@@ -140,7 +141,8 @@ def replay_wall_time(preemptions_s: Sequence[float], work_s: float, interval_s: 
     What: the first start takes ``first_start_s`` (a preemption during it starts it over), every later start
     ``restart_s``; then segments of ``interval_s`` seconds of work and a save of ``save_s`` (the last segment may be
     shorter); a preemption loses the unsaved work and the start in progress. Why: ``expected_wall_time`` is the mean
-    over Poisson schedules (``expected_segment_time(first_start_s, 0, M)`` added for the first start); a bench
+    over Poisson schedules when ``interval_s`` divides ``work_s`` (a shorter last segment still pays a whole save),
+    with ``expected_segment_time(first_start_s, 0, M)`` added for the first start; a bench
     that kills real runs at known times can predict each run, and the spread of a few of them, from this.
     Pitfall: one job's time jumps when a preemption falls just before or just after a save; compare medians.
     Example: ``replay_wall_time([6.0], 10, 4, 1, 2)`` = 16.0: 10 s of work, 3 saves, one 2 s restart and the

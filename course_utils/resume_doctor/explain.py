@@ -131,14 +131,18 @@ CAUSES: dict[str, tuple[str, str, str, str]] = {
                                       "from the global generator (the loader named in the evidence, usually an evaluation)",
                                       "give the evaluation's DataLoader its own generator, or save after the evaluation"),
     "loader_drew_more": ("权重和 batch 都相同,前向的输出不同: 续训的进程恢复了检查点里的 RNG 状态,但在这一步之前,它的 DataLoader "
-                         "从全局随机数生成器取种子的次数比不中断的运行多(证据: draws 对 reference_draws)。每建一个迭代器(iter())"
-                         "就取一个种子,续训的进程多建了迭代器(例如 StatefulDataLoader 读回 epoch 结尾保存的状态后,第一次 iter() 建两个)",
+                         "从全局随机数生成器取种子的次数比不中断的运行多(证据: draws 对 reference_draws)。没有自己 generator 的 DataLoader "
+                         "每建一个迭代器就取一个种子(persistent_workers=True 且 num_workers>0 时只在第一次 iter() 建);从恢复的 RNG "
+                         "状态算起,续训的进程取得更多: 例如它在恢复之后重建了不中断的运行在保存之前就建好的迭代器(epoch 中途续训),"
+                         "或 StatefulDataLoader 读回 epoch 结尾保存的状态后,第一次 iter() 建两个",
                          "给 DataLoader 和它的 sampler 各一个自己的 generator(sampler=RandomSampler(ds, generator=g1), "
                          "generator=g2),它就不再从全局生成器取种子",
                          "weights and batch equal, the output differs: the resumed process restored the RNG state, but before this step "
                          "its DataLoader drew a seed from the global generator more often than the uninterrupted run (evidence: draws "
-                         "against reference_draws). Every iterator (iter()) draws one, and the resumed process built more (e.g. a "
-                         "StatefulDataLoader loaded with a state saved at an epoch end builds two on its first iter())",
+                         "against reference_draws). A DataLoader without a generator draws one per iterator it builds (persistent "
+                         "workers: only on the first iter()); counted from the restored state, the resumed process drew more: e.g. "
+                         "it rebuilt after the restore an iterator the uninterrupted run had built before the save (a mid-epoch "
+                         "resume), or a StatefulDataLoader loaded with an epoch-end state built two on its first iter()",
                          "give the DataLoader and its sampler a generator each (sampler=RandomSampler(ds, generator=g1), generator=g2): "
                          "then it draws nothing from the global generator"),
     "ema": ("训练的权重相同,EMA 的权重不同: EMA 没有存进检查点或没有恢复", "检查点存 ema.state_dict()(权重和更新次数),续训时恢复",
@@ -146,11 +150,11 @@ CAUSES: dict[str, tuple[str, str, str, str]] = {
     "ema_update": ("训练的权重相同,这一步之后 EMA 却不同: EMA 的更新次数或 decay 没有恢复", "ema.state_dict() 含更新次数,整份存、整份恢复",
                    "the trained weights are equal, the EMA differs after this step: its update count or decay was not restored",
                    "save and restore the whole ema.state_dict()"),
-    "grad_scaler": ("训练的权重相同,GradScaler 的状态不同(证据的 differs 列出不同的项: 缩放系数 scale、连续无溢出的步数 "
-                    "_growth_tracker,各为 [续训的, 不中断的]): 它没有存进检查点或没有恢复。fp16 训练里缩放系数决定哪些步因溢出被跳过",
+    "grad_scaler": ("训练的权重相同,GradScaler 的状态不同(证据的 differs 列出不同的项: 缩放系数 scale、自缩放系数上次改变以来"
+                    "连续未跳过的步数 _growth_tracker,各为 [续训的, 不中断的]): 它没有存进检查点或没有恢复。fp16 训练里缩放系数决定哪些步因溢出被跳过",
                     "检查点存 scaler.state_dict(),续训时 scaler.load_state_dict(...)",
                     "the trained weights are equal, the GradScaler's state differs (evidence: differs lists the fields, e.g. the scale "
-                    "and _growth_tracker, the steps since the last overflow, as [resumed, uninterrupted]): it was not saved or not "
+                    "and _growth_tracker, the unskipped steps since the scale last changed, as [resumed, uninterrupted]): it was not saved or not "
                     "restored. In fp16 training the scale decides which steps overflow and are skipped",
                     "save scaler.state_dict() in the checkpoint and scaler.load_state_dict(...) on resume"),
     "update_differs": ("这一步之前记录的一切(权重、优化器状态、batch、lr、前向输出)都相同,更新后的权重却不同: 记录到的信息不足以判断原因",

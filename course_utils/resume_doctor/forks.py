@@ -3,8 +3,9 @@
 What: ``python forks.py`` (started by :class:`ForkServer` with the command's interpreter, flags and
 environment) imports torch, numpy and the probe once, says ``ready``, then reads one JSON request a
 line (``{"id", "argv", "log"}``: the probe's arguments and the log file) and forks a child per request.
-The child starts its own session, writes to the log, re-seeds Python's and NumPy's global generators
-from the OS (a fresh interpreter seeds them when it imports them) and runs
+The child starts its own session, writes to the log, re-seeds Python's, NumPy's and torch's global
+generators from the OS (a fresh interpreter seeds them when it imports them: torch 2.14.1's
+``torch.initial_seed()`` differs from one ``python -c "import torch"`` to the next) and runs
 :func:`course_utils.resume_doctor.probe.main`; its exit ends like an interpreter's (``atexit``, flushed
 output, the script's exit status). The server reports ``started ID PID`` and ``exited PID CODE``
 (``-9``: killed by SIGKILL, as ``subprocess`` says it).
@@ -14,10 +15,11 @@ torch`` and the ``torch._dynamo`` that the first optimizer imports (4.4 s and 4.
 under cProfile, AMD EPYC at load 5-8, 2026-12-06). Forking pays them once.
 
 Pitfall: what a fork shares that fresh interpreters do not. The hash seed of ``str`` (``PYTHONHASHSEED``)
-is the server's in every child, and modules the script imports before torch cannot change how torch
-was imported (an ``OMP_NUM_THREADS`` set in the script comes too late). So the uninterrupted run, which
-every chain is compared with, still starts in a fresh interpreter: a script that depends on either
-differs from it before its first kill, and the doctor says the script is not reproducible.
+is the server's in every child, and whatever the script does before ``import torch`` comes too late to
+change how torch was imported (an ``OMP_NUM_THREADS`` set in the script). So the uninterrupted run, which
+every chain is compared with, still starts in a fresh interpreter: a script that depends on either may
+differ from it, and where that shows in the weights or the batches before its first kill, the doctor
+says the script is not reproducible.
 ``--fresh`` starts every process fresh.
 
 Reference machinery of the resume doctor's command line (:mod:`course_utils.resume_doctor.cli`), which
@@ -98,6 +100,7 @@ def _child(request: dict[str, Any]) -> None:
     os.close(log)
     random.seed()
     sys.modules["numpy"].random.seed()
+    sys.modules["torch"].seed()  # torch 2.14 seeds its global generator anew in each fresh interpreter, too
     from course_utils.resume_doctor import probe
 
     probe.main(request["argv"])
