@@ -307,9 +307,6 @@ def _results_block(name: str) -> str:
     return text[text.index(f"<!-- results: {name} -->"):text.index("<!-- /results -->", text.index(f"<!-- results: {name} -->"))]
 
 
-@pytest.mark.xfail(strict=True, reason="13_resume_doctor was committed after the Run All of 2026-12-06 01:26 UTC: "
-                   "rerun `python bench/learner_run_all.py` (about 8 minutes on a quiet 2-core machine) and "
-                   "`python bench/make_results.py`, then remove this mark")
 def test_the_run_all_table_in_results_matches_the_learner_notebooks():
     """RESULTS §13 (a learner's Run All, the "under a minute" table): one row per learner notebook, every code
     cell run, one calm note per exercise."""
