@@ -1,17 +1,12 @@
-"""Checks the grader scores itself, outside the kernel: the self-test answers of ``09_self_test``.
+"""Checks the grader scores outside the kernel: the self-test answers of ``09_self_test`` (:data:`OUTSIDE`).
 
-A check cell such as ``check_self_test_answers(self_test_answers)`` compares the learner's answer dict
-with the quiz key; inside the learner's kernel, anything could compute the dict from the key or rebind
-the check. So for the checks in :data:`OUTSIDE` the grader ignores the kernel: it reads the literal the
-learner's function returns from its *source* (:func:`literal_return`: strings, numbers, simple
-arithmetic such as ``0.999 ** 200``; nothing is called or imported) and runs the same check function in
-its own process, against the key of the installed ``course_tools``. A function that builds its dict with
-code is not accepted (the note says to write the answers as a literal); in Jupyter nothing changes.
+Inside the learner's kernel, code could compute the answers from the key or rebind the check; so the grader
+reads the literal the learner's function returns from its source (:func:`literal_return`: literals and simple
+arithmetic, nothing called or imported) and runs the check in its own process. A dict built by code is refused.
 
 Example::
 
-    answers = literal_return('def f():\\n    return {"q1": "B", "q10": 0.999 ** 200}', "f")
-    # {'q1': 'B', 'q10': 0.8186...}
+    literal_return('def f():\\n    return {"q1": "B", "q10": 0.999 ** 200}', "f")   # {'q1': 'B', 'q10': 0.8186...}
 """
 from __future__ import annotations
 

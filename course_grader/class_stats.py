@@ -1,19 +1,12 @@
 """The class report's numbers and plots: score distributions, pass rates, each check's discrimination.
 
-Reference machinery for the grader (``course_grader``), not taught; read by
-:mod:`course_grader.html_report`. Pass rates come from :func:`~course_grader.report.pass_rates`; a check's
-**discrimination** is the point-biserial correlation, over the learners it was graded for, between passing
-it (0/1) and the learner's rest score (their other checks, so that a check does not correlate with
-itself). Near +1: the strong learners pass it and the weak fail it; near 0: passing it says nothing;
-negative: look at the check. ``None`` when everyone or no one passed, or fewer than 3 learners were graded.
-Plots are matplotlib figures drawn without pyplot (no global backend), embedded as ``data:`` URIs.
-
-Pitfall: with a small class the correlation is noisy; the page shows the count beside it.
+Discrimination: the point-biserial correlation between passing a check and the learner's rest score (their
+other checks); near 0 it says nothing, negative: look at the check; None when all or none passed or under 3
+learners. Pitfall: in a small class it is noisy: the page shows the count beside it. Plots avoid pyplot.
 
 Example::
 
-    rows = check_rows(grades)           # hardest first
-    uri = pass_rate_chart(rows)         # 'data:image/png;base64,...'
+    pass_rate_chart(check_rows(grades))   # 'data:image/png;base64,...'
 """
 from __future__ import annotations
 

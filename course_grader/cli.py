@@ -1,11 +1,7 @@
-"""The command line: ``python -m course_grader`` (grade a class), ``... merge`` (combine shard reports)
-and ``... export`` (the gradebook an LMS imports: :mod:`course_grader.export`).
+"""``python -m course_grader`` (grade), ``... merge`` (shard reports) and ``... export`` (:mod:`.export`).
 
-Part of :mod:`course_grader` (its docstring is the ``--help`` text). The flags fill in
-:class:`~course_grader.options.Options` and call :func:`~course_grader.pipeline.grade_all`;
-the tables printed at the end come from :mod:`course_grader.report`. Exit status 2 when the
-sandbox cannot start, a reference notebook is malformed, shard reports cannot be merged, ``--only``
-names an unknown learner, or an export's report or roster cannot be read.
+The package docstring is the ``--help`` text. Exit status 2 when the sandbox cannot start, a reference is
+malformed, shards cannot be merged, ``--only`` names an unknown learner or an export cannot read its input.
 """
 from __future__ import annotations
 

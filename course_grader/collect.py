@@ -1,25 +1,13 @@
-"""Find every learner and every submitted notebook under the submission folders; account for every file.
+"""Find every learner and submitted notebook under the submission folders, and account for every file met.
 
-A submission path is a learner's notebook, a learner folder (notebooks directly inside) or a class
-folder; learner folders are the folders at the depth where most notebooks sit (``alice/``, or
-``sec1/alice/`` for sections), so one stray notebook at the top hides nothing. Learners are keyed by their
-path relative to the submission root (prefixed by the root's name when several roots are given), so
-``sec1/alice`` and ``sec2/alice`` are two learners. Every learner gets one :class:`Item` per graded
-reference notebook, submitted or not, so a missing notebook counts as 0, never as exempt.
-
-Each file and folder met is graded or reported (:class:`Finding`). Notebooks match a reference by exact
-name, then ignoring case (``.IPYNB``), then by number (``2_grad_clipping.ipynb``, ``02_x (1).ipynb``), then
-by name (``grad_clipping.ipynb``); one in a subfolder is graded when the learner has none at the top (zip
-files nest). Reported, never graded: hidden files and folders, symlinks (refused: a link to the reference
-would score full marks), a second notebook for the same reference (the best match is graded, the row
-flagged for review), notebooks outside any learner folder, other files and unmatched notebooks.
-
-The homework (``collect(..., homework="10_homework.ipynb")``) is one more item per learner, in the first of
-these forms present (``Item.form``, :data:`FORMS`): a git bundle (``*.bundle``), the learner's clone of the
-workbook with its ``.git`` (``clone-git``) or without (``clone``: a folder holding ``notebooks/``, the
-learner folder itself or one in it; its notebooks in ``notebooks/`` are graded, its scripts are in
-``notebooks/homework/``, nothing else of it is looked at), or a ``homework/`` folder (``folder``). A second
-form is reported, never graded. A clone counts as one submission when the learners' depth is decided.
+Learner folders sit at the depth where most notebooks are (``alice/`` or ``sec1/alice/``: one stray notebook at
+the top hides nothing), keyed by their path below the root (prefixed by the root's name when several are given).
+Each learner gets one :class:`Item` per graded reference, submitted or not (missing counts 0, never exempt).
+Notebooks match by exact name, then case, then number (``2_x (1).ipynb``), then topic; a nested one counts when
+none is at the top. Everything else is a :class:`Finding`: hidden files, symlinks (refused: a link to the
+reference would score full marks), a second copy (the best match graded, the row flagged for review), strays.
+The homework item takes the first form present (:data:`FORMS`): a bundle, a clone with or without ``.git`` (only
+its ``notebooks/`` is looked at), a ``homework/`` folder; another form is reported, never graded.
 
 Example::
 

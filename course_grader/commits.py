@@ -1,34 +1,22 @@
-"""The homework's commits: read a learner's git history without trusting it (the verdict: ``discipline``).
+"""The homework's commits: a learner's git history, read without trusting it (the verdict: ``discipline``).
 
-Part of :mod:`course_grader`. :func:`open_history` takes what the learner handed in: a plain folder
-(``None``: nothing to judge, no penalty), the learner's clone (``path/.git`` a folder), a git folder itself
-(``path`` holds ``HEAD``, ``objects/`` and ``refs/``) or a git bundle (its first line ``# v2 git bundle`` /
-``# v3 git bundle``; its head ref is ``HEAD``, else ``refs/heads/homework-0.4``, else
-``refs/tags/homework-0.4``, else its only ref, else the ref whose commit is newest).
+:func:`open_history` takes a clone, a git folder or a bundle (its head: ``HEAD``, else branch, then tag
+``homework-0.4``, else its only ref, else the newest); a plain folder is ``None`` (no penalty).
+:attr:`History.start` is the newest first-parent commit on the course's published branch (:data:`PUBLISHED`),
+not merely present in the checkout (it may hold the learner's commits); failing that, the newest commit whose
+``train_cifar.py`` is the released baseline byte for byte, else the root; ``start_note`` says which and why.
 
-:attr:`History.start` is the newest commit of the head's first-parent line that is on the course
-repository's published branch (the first of :data:`PUBLISHED` it has), not merely present there: a
-checkout holding the learner's commits (their own clone, a course repository a bundle was fetched into)
-must not make them the start. Without a published branch, or when it already holds the head, the start
-note says in one line why the grader cannot tell, and the start is the newest commit whose
-``notebooks/homework/train_cifar.py`` is the released baseline byte for byte; failing that, the root.
-:attr:`History.commits` are the learner's commits after it on that line, oldest first (merges included).
-
-Security: the history is untrusted and the grader runs as the instructor. No git command runs inside the
-learner's folder: a git folder is copied into scratch first (regular files only, nothing but ``HEAD``,
-``packed-refs``, ``shallow``, ``refs/`` and ``objects/`` without alternates, at most 256 MiB and 20 000
-files), a bundle is copied and ``git bundle verify``-ed, so the learner's ``config`` (fsmonitor, hooksPath,
-filters, ``include.path``...), hooks, alternates and a ``.git`` that is a symlink or a ``gitdir:`` file are
-never read. The head's history is fetched (``transfer.fsckObjects``) into a FRESH bare repository, the only
-one read afterwards; every git call gets a clean environment (no system or global config, ``HOME`` = the
-scratch folder, no prompts), the options of :data:`_SAFE_CONFIG`, only the ``file`` protocol and a timeout.
-Files are read out with ``git cat-file`` (no filters); :meth:`History.export` refuses symlinks, submodules,
-paths leaving ``dest``, files over 1 MiB and more than 50 files.
+Security: no git command runs in the learner's folder. A git folder is copied into scratch (regular files of
+``HEAD``, ``packed-refs``, ``shallow``, ``refs/``, ``objects/`` without alternates; 256 MiB, 20 000 files), a bundle
+copied and verified, so the learner's config, hooks, alternates and a symlinked or ``gitdir:`` ``.git`` are never
+read; the head is fetched (fsck on) into a FRESH bare repository, the only one read. Every git call gets a clean
+environment, :data:`_SAFE_CONFIG`, the ``file`` protocol only and a timeout. :meth:`History.export` reads blobs
+with ``cat-file`` (no filters).
 
 Example::
 
     history = open_history(Path("submissions/alice"), Path(tmp))   # None: a plain folder
-    scripts = [history.export(commit, Path(tmp) / commit.short) for commit in history.commits]
+    history.export(history.commits[0], Path(tmp) / "c1")
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """Commit discipline of the homework: did each passing upgrade arrive in its own commit, in order?
 
-Part of :mod:`course_grader`, the homework's last step (:func:`step`, after :mod:`course_grader.upgrades`).
-The walk finds, for each upgrade, the first of the learner's commits
-(:attr:`~course_grader.commits.History.commits`) at which its check passes: the checks are cumulative,
-so "passes" is monotone along the commits that change ``notebooks/homework/``, and
-:meth:`~course_grader.upgrades._Runner.first_pass` needs at most ``1 + ceil(log2(n))`` runs of each check
-for ``n`` such commits besides the run at the head. :func:`judge_discipline` turns those commits into a
-:class:`Discipline`, which goes into the ``commits`` column and the feedback. A plain folder has no
-history: :data:`NO_HISTORY`, never a penalty.
+The checks are cumulative, so "passes" is monotone along the commits that change ``notebooks/homework/``: the walk
+(:meth:`~course_grader.upgrades._Runner.first_pass`) needs at most ``1 + ceil(log2(n))`` runs per check. A plain
+folder has no history: :data:`NO_HISTORY`, never a penalty.
 
 Example::
 
-    verdict = judge_discipline(history.commits, {1: c1, 2: c2, 3: c2, 4: None})
-    verdict.ok, verdict.column, verdict.notes    # False, "不合格: 升级 2+3 在同一提交", [...]
+    judge_discipline(history.commits, {1: c1, 2: c2, 3: c2, 4: None}).column   # "不合格: 升级 2+3 在同一提交"
 """
 from __future__ import annotations
 

@@ -1,27 +1,15 @@
 """The gradebook an LMS imports: ``python -m course_grader export grades.csv --format canvas|moodle|xlsx``.
 
-Reference machinery for the grader (``course_grader``), not taught. One row per learner, one
-column per graded notebook (the homework is the ``10_homework`` column), then the total; every score
-is a percentage (0-100, one decimal), the total over all checks as the feedback's 总分 counts them.
-A notebook a learner has no row for stays empty. The layouts (README, "LMS gradebook"): ``canvas``, the
-columns of Canvas's own gradebook export, the total in ``Final Score`` (a read-only column its import
-ignores, so it creates no assignment); ``moodle``, one identity column to map on Moodle's CSV import page,
-``Total`` mapped to nothing; ``xlsx``, one plain sheet with Chinese headers (学习通, 雨课堂), via openpyxl.
-
-The roster (``--roster roster.csv``, UTF-8 with a header) maps learner folders to LMS identities:
-column ``learner`` (the folder as in ``grades.csv``: ``sec2/bob``) and any of ``name``, ``id``,
-``login``, ``email``, ``section``. Learners missing from the roster and roster entries without a
-submission are kept as rows (the latter scored 0, like any missing notebook) and listed by
-:attr:`Gradebook.unmatched`, never dropped.
-
-Pitfall: folder names and roster fields are untrusted; every text cell goes through
-:func:`~course_grader.report.safe_field`, in the CSV files and in the xlsx cells alike.
+A row per learner, a column per graded notebook (percent, one decimal), then the total over all checks.
+``canvas``: Canvas's own export columns, the total in the read-only ``Final Score`` (its import ignores it);
+``moodle``: one identity column to map, ``Total`` mapped to nothing; ``xlsx``: one sheet, Chinese headers.
+The roster (``--roster``: ``learner`` and any of :data:`ROSTER_COLUMNS`) maps folders to LMS identities;
+unmatched learners on either side are kept (roster-only ones scored 0) and listed in ``Gradebook.unmatched``.
+Pitfall: folder names and roster fields are untrusted: every text cell goes through ``safe_field``, xlsx too.
 
 Example::
 
-    book = gradebook(load_report(Path("grades.csv")), read_roster(Path("roster.csv")))
-    write_export(book, "canvas", Path("canvas.csv"))
-    print("\\n".join(book.unmatched))
+    write_export(gradebook(load_report(Path("grades.csv")), read_roster(Path("roster.csv"))), "canvas", out)
 """
 from __future__ import annotations
 

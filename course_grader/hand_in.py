@@ -1,18 +1,11 @@
-"""The homework handed in: the history opened and the scripts copied out of the submission, safely.
+"""The homework handed in, read safely: its history opened (:mod:`.commits`) and its scripts copied out.
 
-Part of :mod:`course_grader`, the homework's first step (:func:`step`), for the forms
-:mod:`course_grader.collect` recognises; the one command a learner runs to hand in is :data:`HAND_IN`. The
-history (clone with ``.git``, bundle) is read by :mod:`course_grader.commits` into the learner's scratch
-folder; :func:`copy_scripts` copies the regular files of the working tree there (no symlinks, folders or
-hidden files, at most 50 files of at most 1 MiB each), so nothing the learner's folder links to is ever
-read or run; a bundle's scripts are its head commit, exported later. :func:`texts` reads the scripts for
-the similarity report; :func:`digest` tells whether the working tree equals the last commit; :func:`pin`
-makes an exported commit's folder a work tree whose ``HEAD`` is that commit (what the scripts record).
+Nothing the learner's folder links to is read or run (:func:`copy_scripts`); a bundle's scripts are its head
+commit. :data:`HAND_IN` is the command a learner runs to hand in.
 
 Example::
 
     left = copy_scripts(Path("submissions/alice/homework"), scratch / "head")   # what was left out, and why
-    texts(scratch / "head")["train_cifar.py"]
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""Grade the homework of ``10_homework``: each learner's scripts, run by the upgrade checks in sandboxes (instructor tool).
+"""Grade the homework of ``10_homework``: a row per learner, a check row per upgrade, through
+:data:`~course_grader.steps.HOMEWORK_STEPS` in a scratch folder of its own.
 
-Part of :mod:`course_grader`. :func:`grade_homework` runs :data:`~course_grader.steps.HOMEWORK_STEPS` on one
-learner's :class:`~course_grader.submission.Submission` in a scratch folder of its own and builds the row
-from the final record: one row per learner (``passed/total`` = upgrades), one check row per upgrade. The
-head's verdicts always come from running the checks; the score is their count, set to 0 only by
-``--require-commits`` (:attr:`HomeworkSetup.require_commits`) on a history that fails the commit verdict
-(a plain folder has no history and is never penalised).
+The score counts the upgrades whose check passes on the scripts handed in; ``--require-commits`` sets it to 0 for
+a history that fails the commit verdict (a plain folder has no history and is never penalised).
 
 Example::
 
-    setup = HomeworkSetup.for_solutions(Path("solutions"))
-    sub = grade_homework(item, setup, sandbox=True, private=Path(tmp))
-    sub.grade.passed, sub.scripts["train_cifar.py"]
+    sub = grade_homework(item, HomeworkSetup.for_solutions(Path("solutions")), sandbox=True, private=Path(tmp))
 """
 from __future__ import annotations
 

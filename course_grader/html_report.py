@@ -1,19 +1,10 @@
-"""The class report as pages to look at: ``grades.html`` beside ``grades.csv``, and one HTML feedback page per learner.
+"""The class report as pages: ``grades.html`` beside ``grades.csv``, and an HTML feedback page per learner.
 
-Reference machinery for the grader (``course_grader``), not taught, written from the same
-:class:`~course_grader.report.Grade` rows as the CSV files after a run, ``merge`` and ``--only``.
-``grades.html``: the score distribution, each check's class pass rate with its discrimination
-(:mod:`course_grader.class_stats`), the rows flagged for review, the similar pairs with the lines they
-share side by side, the commit-discipline verdicts, the step modules' sections and the learners, each
-linking to their page. ``grades_feedback/<learner>.html`` (the Markdown's base name,
-:func:`~course_grader.report.feedback_names`): per notebook, each failed check with its message, hint tier
-1 (:class:`Guide`: the ``HINTS`` of the ``check_*`` its cell calls, or of ``nb10_homework`` for an upgrade;
-tier 1 names the concept, never the answer) and how to reproduce it.
-
-Why: a class of 30 is 400 CSV rows; the page shows where the class is stuck and whom to look at.
-Pitfall: everything a learner controls (folder names, messages, scripts) is untrusted: every text
-goes through :func:`html.escape`, file names through ``feedback_names`` (no ``/``, no ``..``), the
-plots are embedded ``data:`` images, and a Content-Security-Policy forbids scripts and any fetch.
+``grades.html``: score distribution, pass rates with discrimination (:mod:`.class_stats`), rows for review, similar
+pairs with their shared lines, commit verdicts, the steps' sections, the learners. A learner's page: each failed
+check with its message, hint tier 1 (:class:`Guide`; it names the concept, never the answer) and how to reproduce.
+Pitfall: everything a learner controls is untrusted: all text is escaped, file names come from
+``feedback_names``, plots are ``data:`` images and a Content-Security-Policy forbids scripts and any fetch.
 
 Example::
 

@@ -1,30 +1,17 @@
-"""Run a notebook's code cells in one (sandboxed) kernel, with every time limit enforced by the grader.
+"""Run a notebook's code cells in one sandboxed kernel; the grader, not the kernel, decides what each cell did.
 
-The grader, not the kernel, decides what happened to each cell, from the kernel's execute reply
-and error messages on the Jupyter protocol; nothing is read back from files the kernel could write.
-Time limits count the CPU seconds of the kernel's whole sandbox (``KernelBox.cpu_seconds``), read
-every quarter of a second, so a busy machine does not fail honest cells; code that sleeps is
-stopped by a wall-clock backstop of ``WALL_FACTOR`` times the CPU limit. A cell ends ``ok`` or
-``error`` (the reply's status, or an ``error`` message on IOPub), or the run ends early: ``timeout``
-(past ``cell_timeout`` CPU seconds; interrupted by a *message*, ``interrupt_mode: message``, and stopped
-within ``grace`` seconds), ``wall`` (the same after ``WALL_FACTOR * cell_timeout`` wall seconds),
-``unresponsive`` (not stopped within ``grace`` of the interrupt: the kernel is killed), ``dead`` (the
-kernel exited; noticed within a quarter of a second), ``deadline`` / ``deadline_wall`` (the notebook's
-:class:`Budget` ran out) or ``abuse`` (the kernel wrote into its connection folder). The caller
-decides whether to run again; every process of the sandbox is gone before :func:`run_cells` returns.
-
-Why not nbval or nbclient: nbval starts its kernels with a TCP ``KernelManager`` whose transport
-and connection file cannot be chosen (a kernel in a network namespace is unreachable), waits a
-whole cell timeout when the kernel dies, marks every later cell xfail after a timeout and decides
-failure from IOPub ``error`` messages alone. nbclient interrupts on timeout but then keeps waiting
-(interrupting again every ``timeout``) for a kernel that ignores the interrupt, and its output
-polling tasks are private. The loop below is the part of nbclient the grader needs (execute,
-collect the reply and errors, poll liveness) on jupyter_client's ``AsyncKernelManager``.
+Outcomes come from the execute reply and IOPub ``error`` messages, never from files the kernel could write.
+Limits count CPU seconds of the whole sandbox (``KernelBox.cpu_seconds``), so a busy machine fails no honest
+cell; a wall-clock backstop of ``WALL_FACTOR`` x the limit stops code that sleeps. A cell ends ``ok``/``error``,
+or the run stops: ``timeout``/``wall`` (interrupted by a message, ``interrupt_mode: message``), ``unresponsive``
+(still running ``grace`` s later: killed), ``dead``, ``deadline``/``deadline_wall`` (the notebook's
+:class:`Budget`) or ``abuse`` (writes into its connection folder). Why not nbval or nbclient: nbval's TCP kernels
+are unreachable in a network namespace and it waits a whole timeout on a dead kernel; nbclient keeps waiting on
+a kernel that ignores the interrupt. :func:`step` reruns with the offending exercise stubbed, once per exercise.
 
 Example::
 
-    result = asyncio.run(run_cells([(3, "x = 1"), (5, "assert x == 2")], box,
-                                   cell_timeout=60, budget=Budget(600)))
+    result = asyncio.run(run_cells([(3, "x = 1"), (5, "assert x == 2")], box, cell_timeout=60, budget=Budget(600)))
     result.cells[5].status   # "error"
 """
 from __future__ import annotations

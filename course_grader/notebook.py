@@ -1,12 +1,8 @@
-"""One learner x one reference notebook, from :class:`Item` to :class:`Grade`, through the notebook's steps.
-
-Part of :mod:`course_grader`. :func:`grade_item` makes the :class:`~course_grader.submission.Submission`
-record, runs :data:`~course_grader.steps.NOTEBOOK_STEPS` on it and builds the row from the final record.
+"""One learner x reference notebook, :class:`Item` to :class:`Grade`, through :data:`.steps.NOTEBOOK_STEPS`.
 
 Example::
 
     grade = asyncio.run(grade_item(item, released["01_amp.ipynb"], Options(), private_dir()))
-    grade.passed, grade.total, grade.notes
 """
 from __future__ import annotations
 

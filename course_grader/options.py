@@ -1,9 +1,4 @@
-"""The settings of one grading run (:class:`Options`), shared by every step that runs learner code.
-
-Part of :mod:`course_grader`: the command line (:mod:`course_grader.cli`) fills them in, the
-class run (:mod:`course_grader.pipeline`) and the notebook step (:mod:`course_grader.notebook`)
-read them.
-"""
+"""The settings of one grading run (:class:`Options`): filled in by :mod:`.cli`, read by the pipeline and steps."""
 from __future__ import annotations
 
 import os

@@ -1,12 +1,7 @@
-"""The class run: every learner x graded notebook, and the homework, under the submission folders.
+"""The class run: every learner x graded notebook and the homework, ``jobs`` at a time, rows written as they finish.
 
-Part of :mod:`course_grader`. :func:`grade_all` reads the references, checks that the sandbox can start
-and cannot see the reference, submissions or report, collects the items, keeps this machine's
-``--shard``, grades ``jobs`` items at a time (the homework in a thread), writes each row as it finishes
-(``--resume`` skips the rows already there), then the similarity report of the homework scripts and the
-pages to look at. ``only`` (``--only alice,sec2/bob``) grades just those learners and merges them into
-the existing report. A grader bug in one item is that item's row (score 0, its total kept), never the
-end of the run.
+:func:`grade_all` first checks that the sandbox starts and cannot see the references, submissions or report.
+A grader bug in one item is that item's row (score 0, its total kept), never the end of the run.
 
 Example::
 

@@ -1,12 +1,8 @@
-"""The notebook the grader runs for one submission: the reference as released, with the learner's exercises put in.
+"""The notebook the grader runs: the released reference with the learner's exercise sources put in.
 
-Reference machinery of :mod:`course_grader` (not taught), its plan/merge step. :func:`references`
-reads the graded reference notebooks; :func:`read_notebook` reads a learner's submitted file (nbformat
-v3 and v4, UTF-8 with or without a BOM and UTF-16, as v4; never through a symlink, size-capped);
-:func:`merge_exercises` takes every cell from the reference except the source of the ``exercise``
-cells, which comes from the learner (matched by cell id, then by the functions they define, then by
-order); :func:`make_plan` adds what the grader must know about
-the cells (checks, their exercises, stubs, outside-scored checks, the tamper scan's flags).
+:func:`merge_exercises` takes every cell from the reference except the exercises' sources, so a learner's edit of
+a check cell changes nothing; :func:`make_plan` adds the checks, their exercises, stubs, outside-scored checks
+and the scan's flags.
 
 Example::
 

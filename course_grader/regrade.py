@@ -1,20 +1,11 @@
-"""Regrading with a diff: every row says what produced it, and ``--regrade OLD.csv`` re-runs only what changed.
+"""Regrading with a diff: each row is stamped with what produced it; ``--regrade OLD.csv`` reruns what changed.
 
-Part of :mod:`course_grader`, one step of both lists in :mod:`course_grader.steps` (a notebook's first; the
-homework's after the hand-in is read: a homework row settled before that has no stamp and is read again).
-The stamp: ``version`` per check (``grades.checks.csv``), a content hash of a notebook check's cell, the
-``check_*`` function it calls and its exercise's reference solution, or of an upgrade's check function and
-the reference scripts it names; ``python``, ``torch`` and ``submission`` (a hash of the notebook file, or of
-the homework's head commit and scripts) in ``grades.csv``; ``grader``, the grader's commit, recorded only.
-
-With ``--regrade OLD.csv`` (its ``.checks.csv`` beside it) a row whose stamp equals OLD's is copied from OLD
-and nothing of the learner's runs; the other rows are graded again. ``<report stem>.diff.csv`` then holds a
-header and one row per learner x check whose verdict changed (:data:`DIFF_COLUMNS`: old and new verdict
-as ``1``/``0``, empty where the check did not exist, and what changed in the stamp); ``grades.html`` lists them.
-
-Why: after a check is fixed or torch upgraded, the instructor sees whose verdict changed and why, and a
-regrade with nothing changed takes seconds. Pitfall: a check's version hashes its own function's source,
-not the helpers that function calls; after changing only a helper, grade without ``--regrade``.
+The stamp: ``version`` per check (a hash of the check cell, the ``check_*`` it calls and its exercise's reference
+solution; for an upgrade, its check function and the reference scripts it names), ``python``, ``torch``,
+``submission`` (the notebook's hash, or the homework's head and scripts), and ``grader`` (recorded, not compared).
+A row whose stamp equals OLD's is copied and nothing runs; ``<stem>.diff.csv`` lists each learner x check whose
+verdict changed (:data:`DIFF_COLUMNS`), as does ``grades.html``. Pitfall: a version hashes the check function's
+own source, not its helpers: after changing only a helper, grade without ``--regrade``.
 
 Example::
 

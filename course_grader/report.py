@@ -1,21 +1,15 @@
-"""The grader's reports: rows written as each notebook finishes, shard merging, pass rates, feedback.
+"""The grader's CSV reports: rows appended as each notebook finishes, shard merging, pass rates, feedback.
 
-For ``--report grades.csv`` the grader writes, next to it: ``grades.csv`` (one row per learner and graded
-notebook, :func:`row_columns`, appended and flushed as each notebook finishes, so an interrupted run keeps
-what it graded and ``--resume`` goes on), ``grades.checks.csv`` (one row per check cell,
-:func:`check_columns`), ``grades.files.csv`` (every file and folder met while collecting, and why),
-``grades.pass_rate.csv`` (per check, how many learners passed it) and ``grades_feedback/<learner>.md``
-(every failed check's message).
-
-Every field is one line without control characters; a field starting with ``=``, ``+``, ``-``, ``@``
-(or a tab/CR) gets a leading ``'`` so a spreadsheet shows it as text instead of running a formula.
+``--report grades.csv`` writes ``grades.csv`` (:func:`row_columns`; flushed per row, so ``--resume`` goes on after
+an interruption), ``.checks.csv``, ``.files.csv``, ``.pass_rate.csv`` and ``grades_feedback/<learner>.md``.
+Pitfall: every field is untrusted: :func:`safe_field` makes it one line and puts ``'`` before a leading
+``= + - @`` (or tab, CR), so a spreadsheet shows text instead of running a formula.
 
 Example::
 
     report = Report(Path("grades.csv"))
     report.add(grade)                     # after each notebook
     report.finish(report.grades)          # pass rates and feedback
-    merge_reports([Path("s1.csv"), Path("s2.csv")], Path("all.csv"))
 """
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """Static scan of a learner's exercise source for code that reaches the check machinery or the runtime.
 
-The sandbox keeps learner code away from the grader, the reference and other learners, but inside its
-own kernel a learner can still rebind a check function or patch IPython so that a failing check looks
-passed. :func:`scan` finds the ways to do that in the source (parsed after IPython's own input
-transformer, so magics and ``!shell`` lines are seen too) and returns one :class:`Flag` per line, which
-the grader reports as "需人工检查" (needs manual review). Flagged: the modules, module attributes, object
-attributes and names of the tables below (the check machinery, the interpreter's and IPython's hooks, the
-environment, signals, frames), assigning to a module's attribute (``torch.allclose = ...``), ``/proc``, and
-the dynamic calls (``exec``, ``getattr``...) with a non-literal argument. Literal strings given to ``exec``,
-``eval``, ``compile``, ``%time``/``%timeit`` are scanned as code, so
-``getattr(__import__('s' + 'ys'), 'modules')`` and ``exec("import sys; sys.modules ...")`` are caught.
-Honest solutions of every notebook scan clean (``tests/test_grade.py::test_honest_solutions_scan_clean``).
+The sandbox protects the grader, but inside its own kernel a learner can rebind a check or patch IPython so a
+failure looks passed. :func:`scan` parses the source after IPython's input transformer (magics and ``!`` lines
+included) and flags the modules, attributes and names of the tables below, assignments to a module's attribute,
+``/proc`` and dynamic calls with a non-literal argument; literal code given to ``exec``/``eval``/``%time`` is
+scanned too. Flagged exercises go to review and run as stubs. Every honest solution scans clean
+(``tests/test_grade.py::test_honest_solutions_scan_clean``).
 
 Example::
 
-    scan("import sys\\nsys.modules['course_tools.checks'].expect = print")
-    # [Flag(line=2, code="sys.modules['course_tools.checks'].expect = print", reason='访问 sys.modules ...')]
+    scan("import sys\\nsys.modules['course_tools.checks'].expect = print")   # [Flag(line=2, ...)]
 """
 from __future__ import annotations
 

@@ -1,35 +1,19 @@
-"""The similarity report of the homework scripts: which pairs a person should look at, never a verdict.
+"""The similarity report of the homework scripts: pairs a person should look at, never a verdict.
 
-Reference machinery for the grader (``course_grader``), not taught. A script becomes a set of
-fingerprints (:func:`fingerprint`): its tokens (the standard library's :mod:`tokenize`; unparseable
-Python falls back to a regular expression with the same rules, and the row says so), without comments,
-layout, docstrings (a statement made of strings alone) or a formatter's trailing comma; every string is
-``S`` (adjacent ones one ``S``), every number ``N``, every name ``V``, while keywords, operators and
-attribute names (``clip_grad_norm_``: the library's API, which renaming cannot change) stay as written.
-Every run of :data:`K` tokens is hashed (8-byte BLAKE2b; all kept: the scripts are short), and the
-shingles of the baseline everyone starts from (``notebooks/homework/train_cifar.py``) are removed, so
-what is compared is what each learner wrote.
+A script becomes shingle hashes (:func:`fingerprint`): its tokens without comments, layout, docstrings or trailing
+commas; strings ``S``, numbers ``N``, names ``V`` (keywords, operators and attribute names, the library's API,
+kept); every run of :data:`K` tokens hashed, minus the shingles of the released baseline. The score,
+``shared / max(min(len(a), len(b)), MIN_PRINTS)``, stays high for a copy that adds code; the floor keeps a barely
+changed baseline from scoring 1.0. Pairs at or above :data:`THRESHOLD` are flagged.
 
-The score of two scripts is ``shared / max(min(len(a), len(b)), MIN_PRINTS)``: the share of the
-smaller script's own shingles found in the other (a copy that adds code still scores high); the
-floor :data:`MIN_PRINTS` keeps a script that barely changed the baseline from scoring 1.0 on a
-handful of common shingles; an untouched baseline scores 0.0. Pairs scoring at least
-:data:`THRESHOLD` are flagged for a person to look at.
-
-:data:`THRESHOLD` was measured on ``tests/fixtures/similarity/`` (four independent implementations
-of the same upgrade, in different styles, and four disguised copies of them: renamed, reformatted
-with changed strings and moved comments, a function extracted, all of it mixed) and on the reference
-answer against the fixtures and ``train_cifar_pro.py``. With ``K = 12``: unrelated pairs score 0.009
-to 0.17, disguised copies 0.81 to 1.0 (K = 8: 0.31 and 0.86, K = 20: 0.15 and 0.74;
-``pytest -n 0 -s tests/test_grade_similarity.py -k measured`` prints the table). 0.5 sits in that gap
-with a margin of about 0.3 on either side.
+:data:`THRESHOLD` was measured on ``tests/fixtures/similarity/`` (four independent implementations, four disguised
+copies): with K = 12 unrelated pairs score 0.009-0.17, disguised copies 0.81-1.0 (K = 8: 0.31 and 0.86, K = 20:
+0.15 and 0.74; ``pytest -n 0 -s tests/test_grade_similarity.py -k measured``): 0.5 leaves ~0.3 on either side.
 
 Example::
 
     rows = pair_rows({"alice": {"train_cifar.py": a}, "bob": {"train_cifar.py": b}},
                      references={REFERENCE: {"train_cifar.py": ref}}, baseline={"train_cifar.py": base})
-    write_csv(Path("grades.similarity.csv"), rows)
-    print(summary(rows))
 """
 from __future__ import annotations
 

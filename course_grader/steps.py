@@ -1,20 +1,14 @@
-"""The grader's pipeline as code: the ordered steps of a notebook and of the homework, in one place.
+"""The grader's pipeline as code: the ordered steps of a notebook and of the homework (nbgrader's idea).
 
-Part of :mod:`course_grader` (its docstring says what each step does). Each step is one module with one
-function, ``step(sub)``, over one :class:`~course_grader.submission.Submission`; the row written to the
-report is built from the record the last step leaves. A step that settles the row sets ``sub.done`` and the
-later ones are skipped. The idea is nbgrader's list of preprocessors: adding a step is one module and one
-entry in a list below.
-
-A step module may also define ``add_arguments(parser)`` and ``read_arguments(args, parser)`` (its
-flags; the value lands in ``options.steps[<module>]``), ``ROW_COLUMNS`` / ``CHECK_COLUMNS`` (extra
-report columns, filled from ``grade.extra`` / ``check.extra``) and ``finish(report, grades,
-settings) -> str`` (called once after the run; an HTML section for ``grades.html``).
+Each step is one module with ``step(sub)`` over one :class:`~course_grader.submission.Submission`; a step that
+settles the row sets ``sub.done``. Adding a step: one module, one list entry. A step module may also define
+``add_arguments(parser)`` / ``read_arguments(args, parser)`` (its flags; the value in ``options.steps[<module>]``),
+``ROW_COLUMNS`` / ``CHECK_COLUMNS`` (report columns from ``grade.extra`` / ``check.extra``) and
+``finish(report, grades, settings) -> str`` (run once at the end; an HTML section for ``grades.html``).
 
 Example::
 
-    await run_steps(NOTEBOOK_STEPS, sub)      # in the event loop (the kernel step is async)
-    run_steps_sync(HOMEWORK_STEPS, sub)       # in a worker thread
+    await run_steps(NOTEBOOK_STEPS, sub)      # the kernel step is async
 """
 from __future__ import annotations
 

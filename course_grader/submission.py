@@ -1,15 +1,10 @@
-"""One submission on its way through the grader's steps: the record every step reads and fills in.
-
-Part of :mod:`course_grader`. A :class:`Submission` is one learner x notebook (or the homework): what was
-handed in (``item``), the run's settings, the row being built (``grade``, its stamp in ``grade.extra``),
-and what one step leaves for a later one (the notebook's ``plan`` and ``outcomes``; the homework's
-``history``, ``head`` and ``runner``), in the order of :mod:`course_grader.steps`.
+"""The record one submission carries through the steps (:mod:`.steps`): what was handed in, the row being
+built (its stamp in ``grade.extra``), and what one step leaves for a later one.
 
 Example::
 
     sub = Submission(item, Grade(item.learner, item.reference.name, total=2), private=Path(tmp))
     await run_steps(NOTEBOOK_STEPS, sub)
-    sub.finish().passed
 """
 from __future__ import annotations
 

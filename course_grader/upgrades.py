@@ -1,19 +1,13 @@
-"""The homework's upgrade checks, run on a learner's scripts: at the scripts handed in, and at any commit.
+"""The homework's upgrade checks on a learner's scripts: at the scripts handed in, and at any commit.
 
-Part of :mod:`course_grader`, the homework step after the hand-in and the stamp: :func:`step` runs each
-upgrade of :data:`course_tools.checks.nb10_homework.UPGRADES` on the scripts handed in. The check runs in
-the GRADER process and decides the outcome; every run of a learner's script starts through a
-:class:`~course_grader.sandbox.ScriptBox` (its own sandbox). One check row per upgrade, with the check's
-own message and a command that reproduces it. :class:`_Runner` also answers the commit walk of
-:mod:`course_grader.discipline`: whether a check passes at a commit (memoised per content of the scripts),
-whether a commit has started an upgrade (its ``train_cifar.py --help``, sandboxed, once per commit), and
-the first passing commit. What the checks print for a learner in Jupyter is dropped in the grading thread
-only (:func:`quiet_checks`): with ``--jobs`` the terminal keeps the grader's table.
+Each check runs in the GRADER process and decides the outcome; every run of a learner's script gets its own
+:class:`~course_grader.sandbox.ScriptBox`. :class:`_Runner` also serves the commit walk (:mod:`.discipline`):
+outcomes memoised per scripts' content, a commit's ``--help`` asked once. What the checks print is dropped per
+grading thread (:func:`quiet_checks`), so with ``--jobs`` the terminal keeps the grader's table.
 
 Example::
 
-    runner = _Runner(setup, sandbox=True, scratch=scratch, history=history)
-    runner.check(UPGRADES[1], folder, commit="").passed
+    _Runner(setup, sandbox=True, scratch=scratch, history=history).check(UPGRADES[1], folder, commit="").passed
 """
 from __future__ import annotations
 

@@ -1,32 +1,16 @@
-"""Bubblewrap sandboxes for learner code: one Jupyter kernel per graded notebook, one sandbox per run of a
-homework script (instructor tool).
+"""Bubblewrap sandboxes for learner code: a kernel per graded notebook (:class:`KernelBox`), a sandbox per
+homework script run (:class:`ScriptBox`).
 
-The grader never trusts the learner's code with anything it could abuse. Kernels start through a kernel
-spec whose command is ``bwrap`` (Debian package ``bubblewrap``): :class:`KernelBox`; homework scripts
-through :class:`ScriptBox`, the launcher the homework checks (:mod:`course_tools.checks.nb10_homework`)
-call (:mod:`~course_grader.sandbox.boxes`). Both get the same parts:
-
-- the mounts and the environment (:mod:`~course_grader.sandbox.mounts`): an empty root with only what
-  Python needs bound read-only (no ``solutions/``, ``.git``, ``tests/``, submissions or reports), size-capped
-  tmpfs to write in, ``--clearenv``, new PID, network, IPC, UTS and user namespaces; the kernel talks to the
-  grader over Unix sockets in a private folder (TCP ports in a network namespace are unreachable);
-- the limits (:mod:`~course_grader.sandbox.limits`, :mod:`~course_grader.sandbox.cgroup`): address space,
-  file size, no core files, a memory + pids cgroup where one is writable; the sandbox dies with the grader;
-- the processes (:mod:`~course_grader.sandbox.procs`): the sandbox's CPU seconds (limits that do not depend on
-  the machine's load), and every process SIGKILLed and waited for when the box ends.
-
-``--no-sandbox`` runs the same kernels and scripts without bwrap (same scrubbed environment, same limits,
-``ipc`` transport) for trusted code and for measuring the sandbox's cost.
-
-This module is the front door: :func:`check_available` (can a sandbox be built here? raises
-:class:`SandboxUnavailable` with the true reason, in Chinese), :func:`private_dir` (a grading run's own
-folder, after sweeping what a killed grader left) and every name a caller needs.
+Each sandbox: an empty read-only root holding only what Python needs (:mod:`.mounts`: never ``solutions/``,
+``.git``, ``tests/``, submissions or reports), size-capped tmpfs, ``--clearenv``, new PID, network, IPC, UTS and
+user namespaces; rlimits and a memory + pids cgroup (:mod:`.limits`, :mod:`.cgroup`); it dies with the grader,
+and every process is killed and waited for when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without
+bwrap (trusted code only). :func:`check_available` raises :class:`SandboxUnavailable` with the true reason.
 
 Example::
 
-    check_available()                      # raises SandboxUnavailable with a Chinese message
+    check_available()
     box = KernelBox(private_dir(), Limits(), threads=1)
-    scripts = ScriptBox(scripts=(scratch,))   # a homework check's launcher
 """
 from __future__ import annotations
 

@@ -1,31 +1,14 @@
-"""The two sandboxes learner code runs in: a notebook's Jupyter kernel (:class:`KernelBox`) and one run of a
-homework script (:class:`ScriptBox`, the homework checks' launcher).
+"""The two sandboxes learner code runs in: a notebook's kernel (:class:`KernelBox`) and a homework script run
+(:class:`ScriptBox`, the homework checks' launcher); both start through :func:`box_command`.
 
-Part of :mod:`course_grader.sandbox`. Both start through :func:`box_command`: the launcher stub that applies
-the limits and joins the box's own cgroup (:mod:`course_grader.sandbox.limits`), then ``bwrap`` with the
-mounts and environment of :mod:`course_grader.sandbox.mounts`; ``sandbox=False`` (``--no-sandbox``): the
-same stub, environment and limits without bwrap. A :class:`KernelBox` is a randomly named folder (mode 0700)
-in the grader's private folder holding the kernel spec and the connection folder: the kernel talks to the
-grader over Unix sockets there (jupyter_client's ``ipc`` transport, since TCP ports inside a network
-namespace are unreachable from outside); it is the one host folder the kernel can write, and
-:meth:`KernelBox.connection_abuse` watches its size. ``interrupt_mode: message``: an interrupt is a
-message, never a signal to the sandbox's process group (which would kill the sandbox). A
-:class:`ScriptBox` shows the learner's scripts read-only at their real path and makes the run's own folder
-the one host path it can change (:func:`folder_size` watched, the sandbox killed past ``Limits.disk``).
-Each box is the :class:`~course_grader.sandbox.procs.SandboxProcesses` of its sandbox (a script run: its
-:class:`~course_grader.sandbox.procs.SandboxPopen`): every process gone when it ends.
+A kernel talks to the grader over Unix sockets in its box folder (``ipc``: TCP inside a network namespace is
+unreachable), the one host folder it can write, watched by :meth:`KernelBox.connection_abuse`. Pitfall:
+``interrupt_mode: message``, since a signal to the sandbox's process group would kill the sandbox.
 
 Example::
 
-    box = KernelBox(private_dir(), Limits(), threads=1)
-    # AsyncKernelManager(kernel_name=box.kernel_name, kernel_spec_manager=box.spec_manager(),
-    #                    transport="ipc", ip=box.ip, connection_file=box.connection_file)
-    box.started(km.provisioner.pid)        # then box.cpu_seconds() is the kernel's CPU clock
-    box.close()                            # every process of the sandbox killed and gone
-    scripts = ScriptBox(scripts=(scratch,))   # a homework check's launcher
-    proc = scripts([sys.executable, str(scratch / "train_cifar.py"), "--out", str(run)], cwd=scratch,
-                   env=os.environ.copy(), stdout=log, writable=run)
-    scripts.close()
+    box = KernelBox(private_dir(), Limits(), threads=1)   # box.kernel_name, box.spec_manager(), box.connection_file
+    box.close()                                           # every process of the sandbox killed and gone
 """
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
-"""The cgroup of one sandbox: its memory and pids limits, its CPU counter, and the processes still in it.
+"""The cgroup of one sandbox: memory and pids limits, a CPU counter, and the processes still in it.
 
-Part of :mod:`course_grader.sandbox`. :meth:`Cgroup.create` makes a child of the grader's own cgroup
-where one is writable, with memory and pids limits (v2, or v1 ``memory`` + ``pids``) and CPU
-accounting (v2: ``usage_usec`` in the same cgroup's ``cpu.stat``; v1: a ``cpuacct`` child,
-``cpuacct.usage`` in ns). Its counter includes processes that already exited, orphans too, so a limit
-in CPU seconds (:mod:`course_tools.cputime`) does not depend on the machine's load;
-:meth:`Cgroup.members` lists the processes still in it; :meth:`Cgroup.sweep` removes the empty
-cgroups a killed grader left. Where no cgroup is writable, :meth:`Cgroup.create` returns None and the
-sandbox's processes are followed through its process tree instead (:mod:`course_grader.sandbox.procs`).
+:meth:`Cgroup.create` makes a child of the grader's own cgroup (v2, or v1 ``memory`` + ``pids`` + ``cpuacct``) or
+returns None where none is writable (:mod:`.procs` then follows the process tree). Its CPU counter includes exited
+and orphaned processes, so a limit in CPU seconds does not depend on the machine's load.
 
 Example::
 
     cgroup = Cgroup.create(Limits())     # None: no writable cgroup here
     cgroup.cpu_seconds(), cgroup.members()
-    cgroup.close()                       # once its processes are gone
 """
 from __future__ import annotations
 

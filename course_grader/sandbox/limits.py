@@ -1,11 +1,8 @@
-"""What one sandbox may use (:class:`Limits`), and the launcher stub that applies the limits before bwrap.
+"""What one sandbox may use (:class:`Limits`), and the launcher stub that applies it before bwrap.
 
-Part of :mod:`course_grader.sandbox`. Every sandbox, a notebook's kernel or a homework run, starts
-through :func:`launcher_command`: a tiny ``python -I -S`` program that joins the sandbox's cgroup
-(:mod:`course_grader.sandbox.cgroup`), sets ``RLIMIT_AS`` (address space per process; ``import torch``
-alone maps about 3.4 GiB, so the default is 6 GiB), ``RLIMIT_FSIZE`` and no core files, arranges to
-die with the grader (``PR_SET_PDEATHSIG``; it exits at once if the grader is already gone), then
-execs ``bwrap`` (or, with ``--no-sandbox``, the command itself in the scrubbed environment).
+The stub (``python -I -S``: no site, no user paths) joins the cgroup, sets ``RLIMIT_AS`` (``import torch`` alone
+maps ~3.4 GiB: default 6 GiB), ``RLIMIT_FSIZE`` and no core files, dies with the grader (``PR_SET_PDEATHSIG``;
+at once if it is already gone), then execs bwrap (``--no-sandbox``: the command, in the scrubbed environment).
 
 Example::
 

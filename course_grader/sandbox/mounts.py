@@ -1,21 +1,14 @@
-"""The bubblewrap mounts and the environment inside a sandbox: what learner code can see.
+"""The bubblewrap mounts and environment of a sandbox: what learner code can see.
 
-Part of :mod:`course_grader.sandbox`. :func:`bwrap_args` builds the command line of ``bwrap`` for a
-kernel or a homework run. The root file system is an empty tmpfs, remounted read-only, holding only
-what Python needs, bound read-only at its real path (:func:`readonly_paths`): ``/usr``, a few files of
-``/etc`` (no ``shadow``, no keys), the Python installation, the virtual environment and the two course
-packages the GRADER imported. Writable: ``/scratch`` (the working folder), ``/tmp``, ``/dev/shm`` and an
-empty ``$HOME``, all size-capped tmpfs, plus the host paths the caller names (a kernel's connection
-folder, a homework run's own folder); a homework run's scripts folder becomes a private tmpfs holding
-its files read-only. :func:`kernel_env` is the whole environment inside (``--clearenv``): PATH, HOME,
-the quiet settings and a ``PYTHONPATH`` of the folder holding the grader's packages
-(:func:`package_roots`), so the sandbox imports exactly them even when the environment's editable
-install points at another checkout (whose files are not mounted).
+The root is an empty tmpfs, remounted read-only, with only :func:`readonly_paths` bound read-only: ``/usr``, a few
+files of ``/etc`` (no ``shadow``, no keys), Python, the venv and the course packages the GRADER imported.
+Writable: size-capped tmpfs ``/scratch``, ``/tmp``, ``/dev/shm``, ``$HOME`` and the host paths the caller names.
+The environment is :func:`kernel_env` alone; its ``PYTHONPATH`` names the grader's own packages (an editable
+install may point at another checkout, which is not mounted).
 
 Example::
 
     args = bwrap_args(Limits(), kernel_env(SANDBOX_HOME, "/tmp"), writable=[run_folder])
-    subprocess.run(["bwrap", *args, "--", sys.executable, "-c", "print(1)"])
 """
 from __future__ import annotations
 

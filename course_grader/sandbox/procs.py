@@ -1,25 +1,14 @@
-"""The processes of one sandbox (:mod:`course_grader.sandbox`): who they are, their CPU clock, and ending all of them.
+"""The processes of one sandbox: who they are, their CPU clock, and ending all of them.
 
-Why: the grader limits what learner code *computes* (CPU seconds, :mod:`course_tools.cputime`), so a
-busy machine does not cost honest work its marks; and it must not return, or write its final report,
-while any process of a sandbox is still alive.
-
-How: :class:`SandboxProcesses` follows the sandbox's processes (the members of its
-:class:`~course_grader.sandbox.cgroup.Cgroup` where one is writable, and those seen in the tree under its top
-process), reads its CPU clock (the cgroup's counter, which includes exited processes and orphans, else a
-:class:`~course_tools.cputime.TreeClock` of the top pid) and ends them all; :class:`SandboxPopen` is the
-``Popen`` a :class:`~course_grader.sandbox.boxes.ScriptBox` returns.
-
-Pitfall: bubblewrap's inner process (PID 1 of the sandbox's PID namespace) runs in a session of its
-own (``--new-session``), so ``os.killpg`` of the outer pid does not reach it: it dies a moment later
-through ``--die-with-parent``, taking every process of the namespace with it. Its pid as seen from
-outside is what bwrap writes to ``--info-fd``; a process that is gone or a zombie counts as ended.
+The clock is the cgroup's counter, else a :class:`~course_tools.cputime.TreeClock` of the top pid; the grader
+never returns while a process of a sandbox lives. Pitfall: bwrap's inner PID 1 runs in its own session
+(``--new-session``), so ``os.killpg`` of the outer pid misses it (it dies through ``--die-with-parent``); its pid
+comes from ``--info-fd``, and the processes seen under the top are remembered, so orphans are killed too.
 
 Example::
 
     procs = SandboxProcesses(Cgroup.create(Limits()))
-    procs.started(pid)           # the sandbox's top process
-    procs.cpu_seconds()          # CPU seconds of the whole sandbox so far
+    procs.started(pid)
     assert procs.end() == []     # every process killed and gone
 """
 from __future__ import annotations
