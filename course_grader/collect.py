@@ -32,11 +32,8 @@ FORMS = {"bundle": "作业: git bundle(含提交历史)", "clone-git": "作业: 
 
 @dataclass
 class Item:
-    """One row to grade: ``learner`` x ``reference``; ``path`` is None when nothing was submitted.
-
-    For the homework, ``form`` is a key of :data:`FORMS` and ``path`` the bundle, the clone's root or
-    the ``homework/`` folder.
-    """
+    """One row to grade: ``learner`` x ``reference``; ``path`` None when nothing was submitted. The homework's
+    ``form`` is a key of :data:`FORMS`, its ``path`` the bundle, the clone's root or the ``homework/`` folder."""
 
     learner: str
     reference: Path
@@ -282,13 +279,9 @@ def _join(root: str, rel: Path | str) -> str:
 
 
 def _learner_depth(folder: Path) -> int:
-    """Where the learner folders are: the most common depth of the folders holding notebooks below ``folder``.
-
-    A ``homework/`` folder or a bundle counts like a notebook of the folder holding it; a clone of the
-    workbook counts once, as a submission of the folder holding it (of itself when it sits directly in
-    ``folder``), and is not looked into. Ties go to the shallower depth. 0 (``folder`` is itself a learner folder) only when no subfolder
-    holds a notebook: a class folder with one stray notebook must never be read as one learner.
-    """
+    """The most common depth below ``folder`` of the folders holding notebooks (a ``homework/`` folder or bundle
+    counts as one; a clone once, for the folder holding it, not looked into). Ties go to the shallower; 0 only when no
+    subfolder holds one: a class folder with one stray notebook is never read as one learner."""
     counts: dict[int, int] = {}
     budget = [_MAX_ENTRIES * 4]
 
@@ -329,11 +322,8 @@ def _labels(paths: list[Path]) -> list[str]:
 
 def collect(paths: list[Path], references: list[Path], graded: set[str] | None = None,
             homework: str | None = None) -> tuple[list[Item], list[Finding]]:
-    """Items (learner x graded reference) and findings (every file met) for the submission ``paths``.
-
-    ``graded``: names of the references that have check cells (default: all of ``references``);
-    ``homework``: the row name of the homework (one more item per learner; None: not graded).
-    """
+    """Items (learner x graded reference) and findings (every file met) under ``paths``. ``graded``: the references
+    with check cells (default: all); ``homework``: the homework's row name (None: not graded)."""
     references = sorted(references)
     collector = _Collector(references, {r.name for r in references} if graded is None else set(graded), homework)
     unique: list[Path] = []

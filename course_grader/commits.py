@@ -109,8 +109,7 @@ def _read_regular(path: Path, budget: list[int]) -> bytes | None:
 
 
 def _copy_tree(src: Path, dst: Path, budget: list[int], skip: frozenset[str] = frozenset()) -> None:
-    """Copy the regular files under ``src`` into ``dst``; symlinks, devices, fifos and ``skip`` names (at any depth)
-    are left out."""
+    """Copy the regular files under ``src`` into ``dst``, leaving out links, devices, fifos and ``skip`` names."""
     if src.is_symlink():            # scandir would follow it
         return
     try:
@@ -179,13 +178,9 @@ def _is_published(home: Path, course: Path, sha: str, branch: str) -> bool:
 
 
 class History:
-    """A learner's history, held in a fresh bare repository in scratch (see the module docstring).
-
-    ``source``: ``"clone"``, ``"git"`` (a git folder) or ``"bundle"``; ``head``: the commit handed in;
-    ``start``: the workbook's starting commit and ``start_note`` how it was found; ``commits``: the
-    learner's commits after ``start`` on the head's first-parent line, oldest first; ``refused``:
-    the files :meth:`export` left out and why (Chinese), by path.
-    """
+    """A learner's history in a fresh bare repository in scratch: ``source`` (``clone``, ``git``, ``bundle``),
+    ``head``, ``start`` and ``start_note`` (how it was found), ``commits`` (the learner's after ``start``, oldest
+    first), ``refused`` (the files :meth:`export` left out, and why)."""
 
     def __init__(self, repo: Path, home: Path, source: str, course: Path | None, baseline: bytes) -> None:
         self.repo, self._home, self.source = repo, home, source
@@ -239,11 +234,9 @@ class History:
         return self._trees[commit.sha] != self._trees[self._parent[commit.sha]]
 
     def export(self, commit: Commit, dest: Path) -> Path:
-        """Write the regular files of ``notebooks/homework/`` at ``commit`` into ``dest`` (new or empty); return ``dest``.
-
-        Symlinks, submodules and files over 1 MiB are left out (named in :attr:`refused`); more than
-        50 files or a path leaving ``dest`` raise :class:`HistoryError`.
-        """
+        """Write the regular files of ``notebooks/homework/`` at ``commit`` into the empty ``dest``; return ``dest``.
+        Symlinks, submodules and files over 1 MiB are left out (:attr:`refused`); over 50 files or a path leaving
+        ``dest`` raises :class:`HistoryError`."""
         if not re.fullmatch(r"[0-9a-f]{40}", commit.sha):
             raise HistoryError(f"不是提交号: {commit.sha[:50]!r}")
         dest.mkdir(parents=True, exist_ok=True)

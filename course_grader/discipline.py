@@ -38,13 +38,8 @@ NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)",
 
 
 def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]) -> Discipline:
-    """Did each passing upgrade arrive in its own commit, in order?
-
-    ``commits``: the learner's commits, oldest first (:attr:`History.commits`); ``first_pass``: per
-    upgrade number (1..K) the first commit at which its check passed, ``None`` when it never did.
-    ``ok`` when every passing upgrade's first passing commit is one of ``commits``, no two share one
-    (squashed), and each comes strictly after the previous passing upgrade's (in order).
-    """
+    """``ok`` when each upgrade's first passing commit (``first_pass``, by upgrade number; None: never passed) is one
+    of the learner's ``commits`` (oldest first), shares it with no other upgrade and comes after the previous one's."""
     position = {c.sha: i for i, c in enumerate(commits)}
     notes: list[str] = []
     problems: list[str] = []

@@ -35,10 +35,8 @@ _MAX_FILE = 2 ** 20
 
 
 def copy_scripts(src: Path, dest: Path) -> list[str]:
-    """Copy the regular files directly in ``src`` into the new folder ``dest``; what was left out, and why.
-
-    Symlinks, folders, hidden files, files over 1 MiB and files past the 50th are never copied.
-    """
+    """Copy the regular files directly in ``src`` into the new ``dest``; what was left out, and why. Symlinks,
+    folders, hidden files, files over 1 MiB and files past the 50th are never copied."""
     dest.mkdir(parents=True)
     left: list[str] = []
     try:

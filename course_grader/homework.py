@@ -38,12 +38,8 @@ HOMEWORK_LIMITS = Limits(memory=6 * GiB, resident=2 * GiB, pids=256, file_size=2
 
 @dataclass(frozen=True)
 class HomeworkSetup:
-    """Where the homework's references are and how it is graded.
-
-    ``reference``: the reference scripts (``solutions/homework``); ``baseline``: the released scripts
-    everyone starts from (``notebooks/homework``); ``course``: the course repository (the learner's
-    starting commit is its newest commit in the learner's history; None: found from the baseline).
-    """
+    """Where the homework's references are: ``reference`` (``solutions/homework``), ``baseline`` (the released
+    ``notebooks/homework``), ``course`` (the course repository, for the learner's start; None: from the baseline)."""
 
     reference: Path
     baseline: Path

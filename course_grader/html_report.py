@@ -209,10 +209,8 @@ def feedback_page(learner: str, grades: list[Grade], guide: Guide, back: str = "
 
 def write_pages(report: Path, grades: list[Grade], guide: Guide | None = None,
                 pairs: list[SimilarPair] | None = None, sections: list[str] = ()) -> Path:
-    """Write ``grades.html`` next to ``report`` and the learners' HTML pages; the class page's path.
-
-    ``pairs`` None: the flagged rows of ``<report>.similarity.csv`` where it exists (no side-by-side).
-    """
+    """Write ``grades.html`` next to ``report`` and the learners' pages; the class page's path. ``pairs`` None:
+    the flagged rows of ``<report>.similarity.csv`` where it exists (no side-by-side)."""
     report = Path(report)
     folder = report.with_name(report.stem + "_feedback")
     folder.mkdir(parents=True, exist_ok=True)

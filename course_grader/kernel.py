@@ -179,11 +179,8 @@ async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout
 
 async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeout: float, budget: Budget,
                     grace: float = 10.0, startup_timeout: float = 60.0) -> RunResult:
-    """Start the kernel of ``box``, run ``(index, source)`` cells in order, kill the whole sandbox.
-
-    Stops at the first cell that does not finish (see the module docstring). ``cell_timeout`` is in
-    CPU seconds; ``budget`` covers the kernel start too and gets this kernel's CPU seconds added.
-    """
+    """Start ``box``'s kernel, run the ``(index, source)`` cells in order until one does not finish, kill the whole
+    sandbox. ``cell_timeout``: CPU seconds; ``budget`` covers the kernel's start too and gets its CPU seconds added."""
     from jupyter_client import AsyncKernelManager
 
     result = RunResult()

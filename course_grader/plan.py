@@ -55,10 +55,8 @@ def _defined(source: str) -> set[str]:
 
 
 def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.NotebookNode]]:
-    """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells.
-
-    Raises :class:`AuthoringError` for a malformed reference (a grading run must not start on one).
-    """
+    """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells; a malformed
+    reference raises :class:`AuthoringError` (a grading run must not start on one)."""
     paths = sorted(p for p in Path(solutions).glob(NOTEBOOK_GLOB) if p.is_file())
     graded = {}
     for path in paths:
@@ -97,11 +95,8 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 # ---------------------------------------------------------------- building the notebook to run
 
 def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
-    """``released`` (the learner copy of a reference) with the learner's exercise sources put in: (notebook, notes).
-
-    Exercise cells are matched by cell id, then by the functions they define, then by order among
-    the learner's exercise cells; an exercise not found keeps its stub.
-    """
+    """``released`` with the learner's exercise sources put in, matched by cell id, then by the functions they
+    define, then by order (not found: the stub stays); (notebook, notes)."""
     graded = copy.deepcopy(released)
     ref_ex = [c for c in graded.cells if tagged(c, EXERCISE)]
     sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]

@@ -142,12 +142,8 @@ def load_report(path: Path) -> list[Grade]:
 
 
 class Report:
-    """The files of one ``--report`` path, appended to as notebooks finish.
-
-    ``resume=True`` keeps the rows already there (``done`` holds their keys) and rewrites the files
-    without a torn last line; otherwise the files start empty. ``drop``: learners (as in the report's
-    ``learner`` column) whose kept rows are left out, to be graded again (``--only``).
-    """
+    """The files of one ``--report`` path, appended to as notebooks finish. ``resume``: keep the rows already
+    there (``done``: their keys), minus a torn last line and the learners in ``drop`` (``--only``)."""
 
     def __init__(self, path: Path, resume: bool = False, drop: frozenset[str] = frozenset()) -> None:
         self.path = Path(path)
@@ -222,10 +218,8 @@ def percent(passed: int, total: int) -> str:
 
 
 def feedback_names(learners: list[str]) -> dict[str, str]:
-    """learner -> the base name of their feedback files (``sec2__bob``): no ``/`` or ``..``, unique, in order.
-
-    The Markdown and the HTML page of a learner share it, so the class page's links find the pages.
-    """
+    """learner -> the base name of their feedback files (``sec2__bob``): no ``/`` or ``..``, unique, in order;
+    the Markdown and HTML pages share it."""
     used: set[str] = set()
     names = {}
     for learner in learners:
@@ -304,10 +298,7 @@ def table(grades: list[Grade]) -> str:
 
 
 def merge_reports(inputs: list[Path], output: Path) -> list[Grade]:
-    """Combine shard reports into ``output`` (rows, check rows, files, pass rates, feedback).
-
-    A learner x notebook graded in two inputs is an error (the shards overlap).
-    """
+    """Combine shard reports into ``output``; a learner x notebook in two inputs (overlapping shards) is an error."""
     grades: dict[tuple[str, str], Grade] = {}
     for path in inputs:
         for g in load_report(path):

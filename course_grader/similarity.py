@@ -189,14 +189,9 @@ def _overall(prints: dict[str, Fingerprint]) -> Fingerprint:
 
 def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[str, str]],
               baseline: dict[str, str]) -> list[SimilarityRow]:
-    """Every pair of learners, and every learner against each reference, per script and :data:`OVERALL`.
-
-    ``learners``: learner -> script file name -> source; ``references``: the reference's name (the
-    rows' ``other``: :data:`REFERENCE`, :data:`PRO_REFERENCE`) -> the LEARNER's file name -> the source
-    that file is compared with (the professional script stands for ``train_cifar.py``); ``baseline``:
-    file name -> the released starting script (files without one: nothing removed). A script only
-    one side has is left out of the per-script rows and counts in the overall row.
-    """
+    """Every pair of learners, and each learner against each reference, per script and :data:`OVERALL`.
+    ``learners``: learner -> file -> source; ``references``: name -> the LEARNER's file name -> source compared with
+    it; ``baseline``: file -> the released script. A script one side lacks counts in the overall row only."""
     prints = {name: {script: fingerprint(source, baseline.get(script, "")) for script, source in scripts.items()}
               for name, scripts in learners.items()}
     overall = {name: _overall(scripts) for name, scripts in prints.items()}

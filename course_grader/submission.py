@@ -28,13 +28,9 @@ __all__ = ["Submission"]
 
 @dataclass
 class Submission:
-    """The record of one learner x notebook (or the homework) while the steps run (see the module docstring).
-
-    ``settings``: what step modules read from the command line, by module name (``options.steps``);
-    ``scratch``: the homework's private folder for this learner (removed after the steps);
-    ``check_extra``: check label -> extra check columns, put on the checks when the row is built;
-    ``done``: the later steps are skipped; ``final``: the row is complete as it stands (nothing recounted).
-    """
+    """One learner x notebook (or homework) while the steps run. ``settings``: ``options.steps``; ``scratch``: the
+    homework's private folder; ``check_extra``: label -> extra check columns; ``done``: skip the later steps;
+    ``final``: the row is complete as it stands."""
 
     item: Item
     grade: Grade

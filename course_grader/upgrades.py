@@ -137,11 +137,8 @@ class _Runner:
         return help_output is None or bool(flags_in(help_output, upgrade.info.flags))
 
     def first_pass(self, upgrade: Upgrade, candidates: list[Commit]) -> Commit | None:
-        """The first of ``candidates`` (oldest first) at which the check passes, passing being monotone.
-
-        The commits before the first one that has started the upgrade (:meth:`started`) fail without a run;
-        that commit is tried next (with one commit per upgrade it is the answer), then a binary search.
-        """
+        """The first of ``candidates`` (oldest first) at which the check passes, passing being monotone: the
+        commits before the first that :meth:`started` the upgrade fail unrun; that one is tried, then a binary search."""
         if not candidates or not self.at(upgrade, candidates[-1]):
             return None
         lo = next((k for k, c in enumerate(candidates[:-1]) if self.started(upgrade, c)), len(candidates) - 1)

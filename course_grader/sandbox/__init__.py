@@ -55,12 +55,8 @@ def _detail(out: subprocess.CompletedProcess) -> str:
 
 
 def check_available(limits: Limits = Limits()) -> None:
-    """Build one sandbox that imports the course packages; raise :class:`SandboxUnavailable` if that fails.
-
-    The message names the true reason: bubblewrap missing, bubblewrap unable to create the
-    namespaces (an empty sandbox running ``true`` fails too), or Python failing inside a sandbox that
-    does start (its own error, e.g. a package the sandbox does not mount).
-    """
+    """Build one sandbox that imports the course packages, else raise :class:`SandboxUnavailable` naming the true
+    reason: bubblewrap missing, no namespaces (an empty sandbox fails too), or Python failing inside."""
     if limits in _AVAILABLE:
         if _AVAILABLE[limits]:
             raise SandboxUnavailable(_AVAILABLE[limits])
@@ -97,11 +93,8 @@ def private_prefix(pid: int) -> str:
 
 
 def private_dir() -> Path:
-    """A fresh folder for one grading run's kernel boxes (``grade-<pid>-*`` in the temp folder, mode 0700).
-
-    Folders and empty cgroups left by a grader that was killed (SIGKILL leaves no time to clean
-    up; its kernels die with it) are removed first: same owner, the pid in the name gone.
-    """
+    """A fresh folder (mode 0700) for one grading run's boxes, after removing the folders and empty cgroups of
+    killed graders (same owner, the pid in the name gone)."""
     tmp = Path(tempfile.gettempdir())
     for old in tmp.glob("grade-*-*"):
         parts = old.name.split("-")

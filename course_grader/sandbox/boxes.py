@@ -53,13 +53,9 @@ def box_command(limits: Limits, env: dict[str, str], argv: list[str], cgroup: Cg
 
 @dataclass
 class KernelBox(SandboxProcesses):
-    """The private files and the kernel spec of one kernel run (outside the sandbox, mode 0700), and the processes
-    of its sandbox (:meth:`started` with the kernel's pid, then :meth:`cpu_seconds`, :meth:`end`).
-
-    ``private_dir`` is the grader's own folder; each box is a randomly named folder in it holding
-    the kernel spec, the connection folder (``ip`` = socket path prefix) and, without the sandbox,
-    the kernel's working folder, home and tmp.
-    """
+    """One kernel run: a randomly named folder (mode 0700) in the grader's ``private_dir`` holding the kernel
+    spec, the connection folder (``ip``: socket path prefix) and, without the sandbox, the kernel's work, home and
+    tmp; and the processes of its sandbox (:meth:`started`, :meth:`cpu_seconds`, :meth:`end`)."""
 
     private_dir: Path
     limits: Limits = field(default_factory=Limits)
@@ -141,17 +137,10 @@ def folder_size(folder: Path, limit: int) -> int:
 class ScriptBox:
     """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner.
 
-    Each call starts one run of a learner's script in its own sandbox (own cgroup, same mounts and
-    limits as a kernel): ``scripts`` (the scratch copy of this learner's scripts) appears at its real
-    path as a private tmpfs holding its files read-only (a script may write beside itself, as on
-    the learner's machine: those files vanish with the sandbox), ``readable`` is bound read-only,
-    ``writable`` (the run's folder) read-write, and nothing else of the host is visible.
-    A watcher thread kills the sandbox when the run folder grows past ``limits.disk`` and says so
-    in the run's log. ``proc.cpu_seconds()`` of the :class:`SandboxPopen` returned is the CPU time of the
-    run's whole sandbox (what :func:`course_tools.cputime.cpu_clock` reads). ``sandbox=False``: no bwrap
-    (trusted scripts, and the baseline of ``bench/grading.py``). :meth:`close` after the check ends what is
-    left and removes the cgroups.
-    """
+    Each call runs a script in its own sandbox: ``scripts`` appear at their real path as a private tmpfs holding
+    their files read-only (what a script writes beside itself vanishes), ``readable`` read-only, ``writable`` (the
+    run's folder) read-write, nothing else of the host; a watcher kills the sandbox past ``limits.disk`` and says so
+    in the log. ``sandbox=False``: no bwrap (trusted scripts, ``bench/grading.py``'s baseline)."""
 
     scripts: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()

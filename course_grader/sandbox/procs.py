@@ -36,12 +36,8 @@ def _running(proc: psutil.Process) -> bool:
 
 
 class SandboxProcesses:
-    """Every process of one sandbox, its CPU clock, and the way to end them all.
-
-    ``cgroup``: the sandbox's own (None where none is writable). :meth:`started` names the top
-    process, the one the grader started; the processes seen under it (:meth:`look`, and right
-    before :meth:`end` kills) are remembered, so that those it orphans are still found.
-    """
+    """Every process of one sandbox (``cgroup``: its own, or None), its CPU clock, and the way to end them all.
+    The processes seen under the top one (:meth:`look`) are remembered, so that those it orphans are still found."""
 
     def __init__(self, cgroup: Cgroup | None) -> None:
         self.cgroup = cgroup
@@ -101,13 +97,9 @@ class SandboxProcesses:
 
 
 class SandboxPopen(subprocess.Popen):
-    """One run of a :class:`~course_grader.sandbox.boxes.ScriptBox`: ``cpu_seconds()`` of its whole sandbox, and a
-    ``wait()`` that returns only once every process of the sandbox has ended.
-
-    ``info``: the pipe (read end, write end) whose write end bwrap got as ``--info-fd``; the inner
-    pid read from it is remembered. Pitfall: ``wait()`` after ``os.killpg(proc.pid, SIGKILL)`` is
-    what a homework check does; the kill reaches only the outer bwrap, the wait the rest.
-    """
+    """One :class:`~course_grader.sandbox.boxes.ScriptBox` run: ``cpu_seconds()`` of its whole sandbox, and a
+    ``wait()`` that returns once every process of it has ended (a check's ``os.killpg`` reaches the outer bwrap
+    only). ``info``: the pipe whose write end bwrap got as ``--info-fd``; the inner pid read from it is remembered."""
 
     def __init__(self, args: list[str], *, cgroup: Cgroup | None, info: tuple[int, int] | None = None,
                  **kwargs) -> None:
