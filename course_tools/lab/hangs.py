@@ -1,17 +1,11 @@
 """The machinery behind section 10 of ``11_multi_process``: one rank frozen live, the watchdog's verdict, the resume.
 
-Reference machinery, not taught: the notebook shows what a learner must read (the heartbeats while the job
-is stuck, status.json, the report, the stacks, the losses) and calls :func:`freeze_rank` for the rest. It
-starts a reference run and a run with ``--hang-timeout`` side by side (the launcher of section 9,
-``course_tools.lab.multi_process.torchrun_command``), sends ``SIGSTOP`` to rank 1 of the second job once its
-metrics.jsonl reaches a step, samples every rank's heartbeat (``course_utils.heartbeat.read_heartbeats``)
-and the job's output while it is stuck, waits for the watchdog to end the job, checks that none of its
-processes is left, and resumes it with ``--resume``.
-
-Why a helper: every moment is an event it waits for (a step logged, rank 0 waiting, the job's end), never
-a fixed sleep alone, so a busy machine changes the durations, not the outcome; every process of both jobs
-is killed in a ``finally``. Pitfall: the sampling window must end well before ``--hang-timeout`` runs out,
-or the watchdog ends the job while it is being watched (``watch_s`` + ``settle_s`` < ``hang_timeout``).
+Reference machinery, not taught: the notebook shows what a learner must read (the heartbeats while the job is
+stuck, status.json, the report, the stacks, the losses) and calls :func:`freeze_rank` for the rest, on the jobs of
+section 9 (``course_tools.lab.multi_process``). Why a helper: every moment is an event it waits for (a step logged,
+rank 0 waiting, the job's end), never a fixed sleep alone, so a busy machine changes the durations, not the
+outcome. Pitfall: the sampling window must end well before ``--hang-timeout`` runs out, or the watchdog ends the
+job while it is being watched (``settle_s + watch_s < hang_timeout - 1``, checked before any job starts).
 
 Example::
 
@@ -30,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from course_tools.lab.multi_process import PRO_SCRIPT, ResumedJob, _kill_job, _train_losses, fresh, torchrun_command
+from course_tools.lab.multi_process import (PRO_SCRIPT, ResumedJob, _alive, _job_processes, _resume, _side_by_side,
+                                            _statuses, _train_losses, fresh, torchrun_command)
 from course_utils.heartbeat import read_heartbeats
 from course_utils.runfolder import RunFiles, read_status
 
@@ -71,17 +66,6 @@ def _wait_for(found: Callable[[], T | None], timeout: float, what: str, log: Pat
     return value
 
 
-def _job_processes(agent: subprocess.Popen) -> dict[int, Any]:
-    """pid -> psutil.Process of the torchrun agent and everything under it."""
-    import psutil
-
-    try:
-        root = psutil.Process(agent.pid)
-        return {p.pid: p for p in [root, *root.children(recursive=True)]}
-    except psutil.NoSuchProcess:
-        return {}
-
-
 def _rank_pid(agent: subprocess.Popen, out: Path, rank: int) -> int | None:
     """The pid in ``rank``'s heartbeat, once it is a process of this job whose environment says RANK=rank."""
     import psutil
@@ -94,19 +78,6 @@ def _rank_pid(agent: subprocess.Popen, out: Path, rank: int) -> int | None:
         return None
 
 
-def _alive(processes: dict[int, Any]) -> list[int]:
-    import psutil
-
-    alive = []
-    for pid, p in processes.items():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 def _row(beats: dict[int, dict[str, Any]], now: float, t: float) -> dict[str, Any]:
     row: dict[str, Any] = {"t": round(t, 2)}
     for r, b in sorted(beats.items()):
@@ -117,8 +88,6 @@ def _row(beats: dict[int, dict[str, Any]], now: float, t: float) -> dict[str, An
 def _watch(job: subprocess.Popen, out: Path, log: Path, settle_s: float, watch_s: float) -> dict[str, Any]:
     """Once rank 0 has stayed ``settle_s`` in one phase and rank 1's heartbeat is as old: sample every rank's
     heartbeat for ``watch_s`` s, with the growth of the job's output and the processes alive at the end."""
-    import psutil
-
     def waiting() -> dict[int, dict[str, Any]] | None:
         beats, now = read_heartbeats(RunFiles(out).heartbeats), time.time()
         ready = {0, 1} <= beats.keys() and now - beats[0]["since"] >= settle_s and now - beats[1]["stamped"] >= settle_s
@@ -131,12 +100,8 @@ def _watch(job: subprocess.Popen, out: Path, log: Path, settle_s: float, watch_s
         samples.append(_row(read_heartbeats(RunFiles(out).heartbeats), time.time(), t))
         time.sleep(0.25)
     window_s, processes = time.monotonic() - start, _job_processes(job)
-    rank1 = _rank_pid(job, out, 1)
-    try:
-        state = processes[rank1].status() if rank1 in processes else "gone"
-    except psutil.NoSuchProcess:
-        state = "gone"
-    return {"samples": samples, "window_s": window_s, "rank1_state": state,
+    return {"samples": samples, "window_s": window_s,
+            "rank1_state": _statuses(processes).get(_rank_pid(job, out, 1), "gone"),
             "output_growth": sum(p.stat().st_size for p in outputs) - size_before,
             "alive_in_window": len(_alive(processes))}
 
@@ -164,8 +129,6 @@ def freeze_rank(script: Path = PRO_SCRIPT, freeze_at: int = 8, hang_timeout: flo
     """Run a reference job and a job with ``--hang-timeout hang_timeout`` side by side (2 ranks each, one thread);
     ``SIGSTOP`` rank 1 of the second once its metrics.jsonl reaches step ``freeze_at``; watch it stuck; let the
     watchdog end it; resume it with ``--resume``. Every process of both jobs is killed if anything fails."""
-    if not script.is_file():
-        raise FileNotFoundError(f"本节要运行 {script}:请在仓库里打开本 notebook(JupyterLab 以仓库根目录启动)")
     if settle_s + watch_s >= hang_timeout - 1:
         raise ValueError(f"settle_s + watch_s 必须比 hang_timeout 少 1 秒以上,实际 {settle_s + watch_s:g} 与 {hang_timeout:g}")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -173,30 +136,17 @@ def freeze_rank(script: Path = PRO_SCRIPT, freeze_at: int = 8, hang_timeout: flo
     command = torchrun_command(script, out, "--hang-timeout", f"{hang_timeout:g}", fraction=fraction)
     log = out.parent / "log.txt"
     start = time.perf_counter()
-    with open(ref_dir.parent / "log.txt", "w") as ref_log, open(log, "w") as job_log:
-        ref_job = subprocess.Popen(torchrun_command(script, ref_dir, fraction=fraction), stdout=ref_log,
-                                   stderr=subprocess.STDOUT, env=env)
-        job = subprocess.Popen(command, stdout=job_log, stderr=subprocess.STDOUT, env=env)
-        try:
-            _wait_for(lambda: max(_train_losses(out), default=0) >= freeze_at or None, timeout,
-                      f"metrics.jsonl 记到第 {freeze_at} 步", log)
-            frozen_pid = _wait_for(lambda: _rank_pid(job, out, 1), 30, "rank 1 的心跳文件", log)
-            processes = _job_processes(job)  # agent and both ranks: none may be left after the job's end
-            os.kill(frozen_pid, signal.SIGSTOP)
-            stopped_at, frozen_after = time.monotonic(), max(_train_losses(out))
-            watched = _watch(job, out, log, settle_s, watch_s)
-            ended = _hang_outcome(job, out, log, stopped_at, timeout, processes)
-            resume = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=timeout)
-            ref_job.wait(timeout=timeout)
-        finally:  # a failure or an interrupt: nothing of either job keeps running (a stopped rank included)
-            for proc in (job, ref_job):
-                if proc.poll() is None:
-                    _kill_job(proc)
-    states = [read_status(d, check_alive=False)["state"] for d in (ref_dir, out)]
-    return FrozenJob(command=command, frozen_pid=frozen_pid, frozen_after=frozen_after, **watched, **ended,
-                     reference=_train_losses(ref_dir), resumed=_train_losses(out),
-                     returncodes={"reference": ref_job.returncode, "resume": resume.returncode}, states=states,
-                     seconds=time.perf_counter() - start, resume_log=(resume.stdout + resume.stderr)[-300:])
+    with _side_by_side(script, ref_dir, out, command, fraction, env) as (ref_job, job):
+        _wait_for(lambda: max(_train_losses(out), default=0) >= freeze_at or None, timeout,
+                  f"metrics.jsonl 记到第 {freeze_at} 步", log)
+        frozen_pid = _wait_for(lambda: _rank_pid(job, out, 1), 30, "rank 1 的心跳文件", log)
+        processes = _job_processes(job)  # agent and both ranks: none may be left after the job's end
+        os.kill(frozen_pid, signal.SIGSTOP)
+        stopped_at, frozen_after = time.monotonic(), max(_train_losses(out))
+        watched = _watch(job, out, log, settle_s, watch_s)
+        ended = _hang_outcome(job, out, log, stopped_at, timeout, processes)
+        resumed = _resume(command, out, ref_job, ref_dir, env, timeout, start)
+    return FrozenJob(command=command, frozen_pid=frozen_pid, frozen_after=frozen_after, **watched, **ended, **resumed)
 
 
 def _short(path: str) -> str:

@@ -1,23 +1,9 @@
 """The machinery behind the experiments of ``11_multi_process``: launchers, timing choreography, bookkeeping.
 
-Reference machinery, not taught: the notebook keeps visible every line a learner must
-understand (what each rank computes, the sharding, ``set_epoch``, the per-rank seed, the
-rank-0 write, the barrier) and calls these helpers for the rest:
-
-- :func:`run_ranks` starts ``world_size`` forked processes that join one gloo process group
-  and run a function defined in the notebook (section 1 onwards); a failed rank stops the
-  others and its log is shown, a hung job ends at its timeout;
-- :func:`spawn_outcome` runs a notebook function with the ``spawn`` start method and returns
-  the child's exit code and its error line (section 1: why the notebook uses ``fork``);
-- :func:`describe_shares` runs the notebook's ``samples_seen`` on two ranks and summarises it (section 3);
-- :func:`unlucky_atomic_saves` fixes, with barriers, the one timing at which two ranks
-  saving through one fixed temp name lose a checkpoint (section 5);
-- :class:`ReadBeforeWrite` makes rank 1 read before rank 0 writes (section 7);
-- :func:`shares_match_one_process` checks a DDP run's per-rank sample ledger (section 8);
-- :func:`kill_and_resume` runs the professional script under torchrun twice side by side,
-  SIGKILLs one whole job (agent and ranks) and resumes it (section 9).
-
-Every file goes under one temporary folder (:func:`fresh`: a new empty one inside it); :func:`cleanup` removes it.
+Reference machinery, not taught: the notebook keeps visible every line a learner must understand (what each rank
+computes, the sharding, ``set_epoch``, the per-rank seed, the rank-0 write, the barrier) and calls these helpers
+for the rest, from :func:`run_ranks` (forked ranks in one gloo group, section 1 onwards) to :func:`kill_and_resume`
+(torchrun, section 9). Every file goes under one temporary folder (:func:`fresh`); :func:`cleanup` removes it.
 
 Example::
 
@@ -38,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch._dynamo  # noqa: F401  DDP imports it the first time it wraps a model: imported once here, every forked rank inherits it
@@ -95,10 +81,9 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, folder: Path,
 def run_ranks(fn: Callable[..., Any], *args: Any, world_size: int = 2, timeout: float = 120) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` forked processes; return their results by rank.
 
-    Each process uses one thread, joins a gloo group through a rendezvous file (no free port
-    needed) and writes its output to a log file. A failed rank ends the others and raises a
-    RuntimeError with the last lines of its log; so does a job still running after ``timeout``.
-    """
+    Each process uses one thread, joins a gloo group through a rendezvous file (no free port needed) and writes
+    its output to a log file. A failed rank ends the others and raises a RuntimeError with the last lines of its
+    log; so does a job still running after ``timeout``."""
     if CTX is None:
         raise RuntimeError("这个平台没有 fork:notebook 里定义的函数无法在子进程里运行。请在 Linux 或 WSL 里运行本 notebook")
     folder = fresh("launch")
@@ -199,12 +184,11 @@ def shares_match_one_process(samples: Sequence[dict[int, list[int]]], dataset: A
 # ---------------------------------------------------------------- timing choreography
 
 def unlucky_atomic_saves(rank: int, world_size: int, path: Path) -> dict[str, Any]:
-    """Two ranks save through ONE fixed temp name; barriers force the unlucky order every time.
+    """Two ranks save through ONE fixed temp name (section 5); barriers force the unlucky order every time.
 
-    Rank 0 writes its temp file; rank 1 opens the same temp file for writing (emptying it);
-    rank 0 renames it (the checkpoint is now 0 bytes); rank 1 writes into the renamed file
-    and its own rename fails. Returns what each rank saw.
-    """
+    Rank 0 writes its temp file; rank 1 opens the same temp file for writing (emptying it); rank 0 renames it
+    (the checkpoint is now 0 bytes); rank 1 writes into the renamed file and its own rename fails. Returns what
+    each rank saw."""
     tmp = path.with_name(f".{path.name}.tmp")  # a fixed temp name: the same for every process
     state = {"step": 10, "written_by": rank, "rng": torch.get_rng_state()}
     size_after_rank0, error = None, None
@@ -236,11 +220,10 @@ def unlucky_atomic_saves(rank: int, world_size: int, path: Path) -> dict[str, An
 
 
 class ReadBeforeWrite:
-    """The unlucky timing of a missing barrier, made certain: rank 0 writes only after rank 1 has read.
+    """The unlucky timing of a missing barrier (section 7), made certain: rank 0 writes only after rank 1 has read.
 
-    ``writer_waits(folder)`` (rank 0, before writing) returns once ``reader_done(folder)`` (rank 1,
-    after reading) has been called; a marker file carries the signal between the processes.
-    """
+    ``writer_waits(folder)`` (rank 0, before writing) returns once ``reader_done(folder)`` (rank 1, after reading)
+    has been called; a marker file carries the signal between the processes."""
 
     MARKER = "rank1_has_read"
 
@@ -262,8 +245,7 @@ class ReadBeforeWrite:
 def torchrun_command(script: Path, out: Path, *extra: str, fraction: float = 0.1) -> list[str]:
     """``python -m torch.distributed.run`` (the torchrun command, of this Python) with 2 CPU ranks on ``script``.
 
-    ``--batch-size 32`` is the GLOBAL batch: 16 samples per rank and step; a checkpoint every 5 steps.
-    """
+    ``--batch-size 32`` is the GLOBAL batch: 16 samples per rank and step; a checkpoint every 5 steps."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
             "--out", str(out), "--model", "tiny", "--width", "8", "--data-fraction", str(fraction),
             "--batch-size", "32", "--epochs", "2", "--warmup-steps", "5", "--lr", "3e-3", "--ckpt-every-steps", "5",
@@ -274,31 +256,37 @@ def _train_losses(out: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_metrics(RunFiles(out).metrics) if r["split"] == "train"}
 
 
-def _ranks_stopped(proc: subprocess.Popen) -> int:
-    """How many processes under the torchrun agent ``proc`` are stopped (SIGSTOP)."""
+def _job_processes(agent: subprocess.Popen) -> dict[int, Any]:
+    """pid -> psutil.Process of the torchrun agent and everything under it (empty once the agent is gone)."""
     import psutil
 
     try:
-        children = psutil.Process(proc.pid).children(recursive=True)
+        root = psutil.Process(agent.pid)
+        return {p.pid: p for p in [root, *root.children(recursive=True)]}
     except psutil.NoSuchProcess:
-        return 0
-    stopped = 0
-    for child in children:
+        return {}
+
+
+def _statuses(processes: dict[int, Any]) -> dict[int, str]:
+    """pid -> psutil's status ("running", "stopped", "zombie", ...) of each of ``processes`` that still exists."""
+    import psutil
+
+    found = {}
+    for pid, p in processes.items():
         with contextlib.suppress(psutil.NoSuchProcess):
-            stopped += child.status() == psutil.STATUS_STOPPED
-    return stopped
+            found[pid] = p.status()
+    return found
+
+
+def _alive(processes: dict[int, Any]) -> list[int]:
+    """The pids of ``processes`` that still run (neither gone nor a zombie)."""
+    return [pid for pid, status in _statuses(processes).items() if status != "zombie"]
 
 
 def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
     """SIGKILL every process of the job at once, as a power cut would: freeze them all first, so that none
     reacts to another's death. Returns ``{pid: session id}`` of the job's processes and those still alive after."""
     import psutil
-
-    def alive(p: psutil.Process) -> bool:
-        try:
-            return p.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
 
     agent, frozen = psutil.Process(proc.pid), {}
     while new := [p for p in [agent, *agent.children(recursive=True)] if p.pid not in frozen]:
@@ -310,9 +298,40 @@ def _kill_job(proc: subprocess.Popen) -> tuple[dict[int, int], list[int]]:
         p.kill()
     proc.wait()
     deadline = time.monotonic() + 10
-    while (survivors := [p.pid for p in frozen.values() if alive(p)]) and time.monotonic() < deadline:
+    while (survivors := _alive(frozen)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return sessions, survivors
+
+
+@contextlib.contextmanager
+def _side_by_side(script: Path, ref_dir: Path, out: Path, command: list[str], fraction: float,
+                  env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, subprocess.Popen]]:
+    """Start the uninterrupted reference run in ``ref_dir`` and the job ``command`` writing to ``out`` (2 ranks each,
+    output in a ``log.txt`` beside each run folder); on the way out, a failure or an interrupt included, every
+    process of either job that still runs (a stopped rank too) is killed."""
+    if not script.is_file():
+        raise FileNotFoundError(f"本节要运行 {script}:请在仓库里打开本 notebook(JupyterLab 以仓库根目录启动)")
+    with open(ref_dir.parent / "log.txt", "w") as ref_log, open(out.parent / "log.txt", "w") as job_log:
+        ref_job = subprocess.Popen(torchrun_command(script, ref_dir, fraction=fraction), stdout=ref_log,
+                                   stderr=subprocess.STDOUT, env=env)
+        job = subprocess.Popen(command, stdout=job_log, stderr=subprocess.STDOUT, env=env)
+        try:
+            yield ref_job, job
+        finally:
+            for proc in (job, ref_job):
+                if proc.poll() is None:
+                    _kill_job(proc)
+
+
+def _resume(command: list[str], out: Path, ref_job: subprocess.Popen, ref_dir: Path, env: dict[str, str],
+            timeout: float, start: float) -> dict[str, Any]:
+    """Run ``command --resume`` (writing to ``out``), wait for the reference run: the fields of :class:`ResumedJob`."""
+    resume = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=timeout)
+    ref_job.wait(timeout=timeout)
+    return {"reference": _train_losses(ref_dir), "resumed": _train_losses(out),
+            "returncodes": {"reference": ref_job.returncode, "resume": resume.returncode},
+            "states": [read_status(d, check_alive=False)["state"] for d in (ref_dir, out)],
+            "seconds": time.perf_counter() - start, "resume_log": (resume.stdout + resume.stderr)[-300:]}
 
 
 @dataclass(frozen=True)
@@ -350,51 +369,31 @@ def kill_and_resume(script: Path = PRO_SCRIPT, kill_after: int = 12, fraction: f
     """Start a reference run and a run to interrupt side by side (2 jobs x 2 ranks, one thread each); SIGKILL the
     whole second job right after optimizer step ``kill_after`` (each rank freezes itself there through
     ``course_utils.interrupt --stop``, then every process of the job is killed at once); resume it with ``--resume``."""
-    if not script.is_file():
-        raise FileNotFoundError(f"本节要运行 {script}:请在仓库里打开本 notebook(JupyterLab 以仓库根目录启动)")
-
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     ref_dir, cut_dir = fresh("pro_reference") / "run", fresh("pro_interrupted") / "run"  # --out: a folder to create
     command = torchrun_command(script, cut_dir, fraction=fraction)
+    # each rank freezes itself (SIGSTOP) right after its kill_after-th optimizer step: the job is killed there
+    at = command.index(str(script))
+    stopping = [*command[:at], interrupt.__file__, "--stop", str(kill_after), *command[at:]]
     start = time.perf_counter()
-    with open(ref_dir.parent / "log.txt", "w") as ref_log, open(cut_dir.parent / "log.txt", "w") as cut_log:
-        ref_job = subprocess.Popen(torchrun_command(script, ref_dir, fraction=fraction), stdout=ref_log,
-                                   stderr=subprocess.STDOUT, env=env)
-        # each rank freezes itself (SIGSTOP) right after its kill_after-th optimizer step: the job is killed there
-        at = command.index(str(script))
-        stopping = [*command[:at], interrupt.__file__, "--stop", str(kill_after), *command[at:]]
-        cut_job = subprocess.Popen(stopping, stdout=cut_log, stderr=subprocess.STDOUT, env=env)
+    with _side_by_side(script, ref_dir, cut_dir, stopping, fraction, env) as (ref_job, cut_job):
         deadline, killed = time.monotonic() + timeout, None
-        try:
-            while cut_job.poll() is None and time.monotonic() < deadline:
-                if _ranks_stopped(cut_job) == 2:
-                    killed = _kill_job(cut_job)
-                    break
-                time.sleep(0.05)
-        finally:
-            if killed is None:  # it ended (or hung, or we were interrupted) before the moment to kill it
-                if cut_job.poll() is None:
-                    _kill_job(cut_job)
-                if ref_job.poll() is None:
-                    _kill_job(ref_job)
-    if killed is None:
-        raise RuntimeError(f"被中断的运行没有跑到第 {kill_after} 步(退出码 {cut_job.returncode}),它输出的最后几行:\n"
-                           + (cut_dir.parent / "log.txt").read_text()[-1500:])
-    before_kill = _train_losses(cut_dir)
-    status_after_kill = read_status(cut_dir, check_alive=False)["state"]
-    found = CheckpointManager(RunFiles(cut_dir).checkpoints).load_latest()
-    latest = {"name": found.path.name, "step": found.state["step"], "world_size": found.state["world_size"],
-              "rng_ranks": len(found.state["rng_ranks"])}
-    try:
-        resume = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=timeout)
-        ref_job.wait(timeout=timeout)
-    finally:
-        if ref_job.poll() is None:
-            _kill_job(ref_job)
-    states = [read_status(d, check_alive=False)["state"] for d in (ref_dir, cut_dir)]
+        while cut_job.poll() is None and time.monotonic() < deadline:
+            if list(_statuses(_job_processes(cut_job)).values()).count("stopped") == 2:  # both ranks, by SIGSTOP
+                killed = _kill_job(cut_job)
+                break
+            time.sleep(0.05)
+        if killed is None:  # it ended (or hung) before the moment to kill it
+            if cut_job.poll() is None:
+                _kill_job(cut_job)
+            raise RuntimeError(f"被中断的运行没有跑到第 {kill_after} 步(退出码 {cut_job.returncode}),它输出的最后几行:\n"
+                               + (cut_dir.parent / "log.txt").read_text()[-1500:])
+        before_kill = _train_losses(cut_dir)
+        status_after_kill = read_status(cut_dir, check_alive=False)["state"]
+        found = CheckpointManager(RunFiles(cut_dir).checkpoints).load_latest()
+        latest = {"name": found.path.name, "step": found.state["step"], "world_size": found.state["world_size"],
+                  "rng_ranks": len(found.state["rng_ranks"])}
+        resumed = _resume(command, cut_dir, ref_job, ref_dir, env, timeout, start)
     return KilledJob(command=command, agent_pid=cut_job.pid, sessions=killed[0], survivors=killed[1],
                      killed_returncode=cut_job.returncode, status_after_kill=status_after_kill, latest=latest,
-                     before_kill=before_kill, reference=_train_losses(ref_dir), resumed=_train_losses(cut_dir),
-                     returncodes={"reference": ref_job.returncode, "resume": resume.returncode}, states=states,
-                     seconds=time.perf_counter() - start, resume_log=(resume.stdout + resume.stderr)[-300:])
-
+                     before_kill=before_kill, **resumed)
