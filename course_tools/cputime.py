@@ -1,23 +1,12 @@
 """CPU seconds used by a process and everything it started: time limits that do not depend on load.
 
-Why: a wall-clock limit fails honest work on a busy machine (two CPU hogs on two cores make a run
-three times slower in wall time, not in CPU time). The grader and the homework checks therefore
-limit what a cell or a script run *computes*, and keep a generous wall-clock backstop
-(``WALL_FACTOR`` times the CPU limit) for code that only sleeps.
-
-How: ``TreeClock(pid)`` sums, over the process and its live descendants, their own CPU time and
-that of the children they already reaped (``psutil``; a process in a bubblewrap PID namespace is
-an ordinary descendant seen from outside). A child that exits between two readings moves its
-time to its parent's ``children_*`` once reaped; the clock never goes backwards (it keeps the
-largest sum seen). A cgroup's own counter, exact even for orphans, is preferred where the
-sandbox has one (``course_grader.sandbox``).
-
-Pitfall: a reading costs a walk over ``/proc`` (about a millisecond for a few processes); read
-it at the polling interval, not in a tight loop.
-
-:func:`cpu_hogs` is the load the tests and ``bench/under_load.py`` prove this against.
-
-Example::
+Why: a wall-clock limit fails honest work on a busy machine (two CPU hogs on two cores make a run three times
+slower in wall time, not in CPU time), so the grader and the homework checks limit what a script *computes*, with
+a wall-clock backstop (``WALL_FACTOR`` times the CPU limit) for code that only sleeps. :class:`TreeClock` sums the
+own and reaped children's CPU time of a process and its live descendants (``psutil``; a bubblewrap PID namespace
+is seen from outside as ordinary descendants); :func:`cpu_clock` prefers a sandbox's cgroup counter, exact even
+for orphans. Pitfall: a reading walks ``/proc`` (about a millisecond): read at the polling interval, not in a
+tight loop. :func:`cpu_hogs` is the load the tests and ``bench/under_load.py`` prove this against. Example::
 
     proc = subprocess.Popen(cmd, start_new_session=True)
     clock = TreeClock(proc.pid)

@@ -1,18 +1,13 @@
 """The learner's progress ledger (reference machinery; :mod:`course_tools.progress` shows it, 00 explains it).
 
-Every check records its outcome in one small JSON file on the learner's own machine: which
-check, passed, failed or not started (its stub ran), when, and how many hint tiers (``course_tools.checks.hint``) were
-shown; the self-test (``course_tools.quiz``) records each question's latest verdict. The file
-is ``$COURSE_PROGRESS`` when set (``off`` or empty: record nothing), else
-``notebooks/.progress.json`` of this checkout (ignored by git). Nothing is ever sent anywhere.
-
-Recording never breaks a check: a folder that cannot be written (the grader's read-only
-sandbox) is skipped silently; a corrupt or hand-edited ledger is moved aside (or its bad
-entries dropped) with a one-line note, and recording starts afresh. Two kernels writing at
-once lose nothing: every update holds ``fcntl.lockf`` on ``<ledger>.lock`` around
-read-modify-write, and the write itself is atomic (``course_utils.durable.atomic_write_json``).
-
-The dashboard (``python -m course_tools.progress``) reads it.
+Every check records in one small JSON file on the learner's own machine which check passed, failed or was not
+started (its stub ran), when, and how many hint tiers (``course_tools.checks.hint``) were shown; the self-test
+(``course_tools.quiz``) records each question's latest verdict. The file is ``$COURSE_PROGRESS`` when set (``off``
+or empty: record nothing), else ``notebooks/.progress.json`` of this checkout (ignored by git); nothing is sent
+anywhere. Recording never breaks a check: an unwritable folder (the grader's read-only sandbox) is skipped
+silently; a corrupt or hand-edited ledger is moved aside (or its bad entries dropped) with a one-line note. Two
+kernels writing at once lose nothing: every update holds ``fcntl.lockf`` on ``<ledger>.lock`` around
+read-modify-write, and the write is atomic (``course_utils.durable.atomic_write_json``).
 """
 from __future__ import annotations
 

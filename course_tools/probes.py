@@ -30,24 +30,23 @@ class Probes:
     """The hidden flags, for tests and demos; the loop and ``train_step`` know nothing of them.
 
     The script's ``Hooks``, doing something: ``data(dataset)``: the training set (or what to load instead);
-    ``attach(model)``: once, before the first step; ``phase_entered(step, phase)``: the rank's heartbeat enters
-    a phase (``course_utils.hang_guard.HangGuard``'s ``on_enter``);
-    ``before_step(step, position, x, y)``: the batch of global position ``position`` that step ``step`` is
-    about to train on (or what to train on instead); ``after_step(step, loader, y)``: after every optimizer step.
+    ``attach(model)``: once, before the first step; ``phase_entered(step, phase)``: the rank's heartbeat enters a
+    phase (``course_utils.hang_guard.HangGuard``'s ``on_enter``); ``before_step(step, position, x, y)``: the batch of
+    global position ``position`` that step ``step`` is about to train on (or what to train on instead);
+    ``after_step(step, loader, y)``: after every optimizer step.
 
-    ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is
-    NaN on every rank: the skip, the alert and the bad-step stop; a step trained again after a rollback
-    is poisoned again (a fault of the step, like a schedule error). ``--inject-bad-batch P,Q``: the
-    images of the global batches at positions P, Q are NaN (a corrupted batch: a fault of the data,
-    which a rollback skips). ``--sample-ledger``: rank 0 appends to ``RunFiles.ledger`` one line
-    per step: the sample indices and labels each rank trained on.
+    ``--inject-nan-at-step N,M``: at those steps the model's output (so the loss and every gradient) is NaN on every
+    rank: the skip, the alert and the bad-step stop; a step trained again after a rollback is poisoned again (a
+    fault of the step, like a schedule error). ``--inject-bad-batch P,Q``: the images of the global batches at
+    positions P, Q are NaN (a corrupted batch: a fault of the data, which a rollback skips). ``--sample-ledger``:
+    rank 0 appends to ``RunFiles.ledger`` one line per step: the sample indices and labels each rank trained on.
 
-    Hangs (tests and 11 §10): ``--inject-stall RANK:STEP:PHASE:NTH,...``: that rank freezes itself (SIGSTOP) as
-    it enters PHASE of STEP for the NTH time (forward and backward: once per micro-batch with --accum-steps);
-    the i-th entry only in attempt i of a torchrun job (``TORCHELASTIC_RESTART_COUNT``; a
-    plain run is attempt 0), so a job restarted by ``--max-restarts`` meets the next one.
-    ``--inject-stuck-worker N``: a DataLoader worker freezes itself as it loads its N-th sample (a stuck read).
-    ``--inject-straggler RANK:SECONDS``: that rank sleeps so long in every data phase (slow, not stuck).
+    Hangs (tests and 11 §10): ``--inject-stall RANK:STEP:PHASE:NTH,...``: that rank freezes itself (SIGSTOP) as it
+    enters PHASE of STEP for the NTH time (forward and backward: once per micro-batch with --accum-steps); the i-th
+    entry only in attempt i of a torchrun job (``TORCHELASTIC_RESTART_COUNT``; a plain run is attempt 0), so a job
+    restarted by ``--max-restarts`` meets the next one. ``--inject-stuck-worker N``: a DataLoader worker freezes
+    itself as it loads its N-th sample (a stuck read). ``--inject-straggler RANK:SECONDS``: that rank sleeps so long
+    in every data phase (slow, not stuck).
     """
 
     def __init__(self, args: argparse.Namespace, world: World, files: RunFiles) -> None:

@@ -1,28 +1,13 @@
 """Self-test quizzes: ipywidgets where they render, plain text everywhere else.
 
-A :class:`Question` is single choice, multiple choice, a number (with a relative
-tolerance) or a short text answer (keyword groups: every group needs one hit).
-:class:`Quiz` shows the questions three ways:
-
-- ``quiz.show()``: per question, the plain text (printed, so it stays in the saved
-  notebook and shows everywhere: GitHub, nbconvert, a console), then an answer bar
-  (ipywidgets: the choices by letter or a text box, a 检查 button, a 参考答案 button
-  and a feedback line).
-- ``quiz.text()``: the questions as plain text.
-- ``quiz.grade(answers)``: grade a dict ``{question id: answer}`` written in a code
-  cell; prints one ✅/❌ line per question without giving the answers away.
-  ``quiz.reveal("q3")`` prints a reference answer.
-
-Each verdict (``grade`` and the 检查 button) goes into the learner's local progress ledger
-(:func:`course_tools.ledger.record_quiz`, keyed by the quiz's title): the dashboard shows
-the self-test score.
-
-Widget state is not saved in the notebook, so anything graded automatically (nbval,
-the instructor grader) must go through plain code cells, never the widgets. A reopened
-notebook shows "Error displaying widget: model not found" where an answer bar was, under
-the question's text: running the cell again brings the bar back (say so to learners).
-
-Example::
+A :class:`Question` is single choice, multiple choice, a number (relative tolerance) or a short text answer
+(keyword groups: every group needs one hit). ``quiz.show()`` prints each question's text (so it stays in the saved
+notebook: GitHub, nbconvert, a console) with an answer bar under it; ``quiz.text()`` is the plain text;
+``quiz.grade(answers)`` grades a dict written in a code cell without giving the answers away (``quiz.reveal("q3")``
+does). Each verdict goes into the learner's ledger, keyed by the quiz's title. Pitfall: widget state is not saved
+in the notebook, so anything graded automatically (nbval, the grader) goes through code cells, never the widgets;
+a reopened notebook shows "Error displaying widget: model not found" where an answer bar was, under the question's
+text: running the cell again brings the bar back (say so to learners). Example::
 
     quiz = Quiz([Question("q1", "bf16 有几位指数?", kind="number", answer=8, explanation="同 fp32")])
     quiz.show()

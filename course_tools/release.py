@@ -1,15 +1,11 @@
-"""Generate the learner notebooks in ``notebooks/`` from the solved ones in ``solutions/``.
+"""Generate the learner notebooks in ``notebooks/`` from the solved ones in ``solutions/`` (the single source).
 
-``solutions/NN_*.ipynb`` are the single source. In a learner copy:
-- every block between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes
-  ``raise NotImplementedError("<hint>")``; the hint is any text after
-  ``### BEGIN SOLUTION`` on its line (a default hint otherwise);
-- cells tagged ``solution-only`` are dropped;
-- a hint wider than ``WIDTH`` columns is wrapped over several string literals (CJK counts two);
-- ``# NBVAL_CHECK_OUTPUT`` lines (nbval's marker, for the tests) are dropped;
-- outputs and execution counts are cleared; tags (``exercise``, ``check``) are kept;
-- a notebook with check cells ends with a cell listing its exercises not passed yet
-  (``course_tools.progress.still_open``), so a Run All ends with what is left to do.
+In a learner copy each block between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise
+NotImplementedError("<hint>")`` (the hint: any text after ``### BEGIN SOLUTION`` on its line, else a default one;
+wider than ``WIDTH`` columns, CJK counting two, it is wrapped over several string literals); ``solution-only``
+cells and ``# NBVAL_CHECK_OUTPUT`` lines (nbval's marker) are dropped; outputs and execution counts are cleared,
+tags (``exercise``, ``check``) kept; a notebook with check cells ends with a cell listing its exercises not passed
+yet (``course_tools.progress.still_open``), so a Run All ends with what is left to do.
 
     python -m course_tools.release            # regenerate notebooks/
     python -m course_tools.release --check    # exit 1 if notebooks/ is stale

@@ -1,29 +1,12 @@
 """Self-checks for the notebook exercises: one module per notebook, shared helpers here.
 
-A check prints one short ✅ line on success and raises :class:`CheckFailed` (an
-``AssertionError``) with a Chinese message: what was expected, what was found, and a
-hint. Checks build their own inputs from fixed seeds, so returning a constant or
-editing the check cell's arguments does not make them pass, and a wrong answer fails
-every time, not by luck.
-
-In Jupyter a failed check shows at most four lines (❌ 检查未通过 / 期望 / 实际 / 提示)
-instead of a traceback through the course packages; the cell still ends in an error,
-so "Run All" stops there and nbval and the grader count it as failed.
-
-An exercise not attempted yet (its stub still raises ``NotImplementedError``, or
-:func:`not_started` says so) is :class:`NotStarted`. In a learner's own Jupyter kernel a check
-decorated with :func:`exercise_check` shows it as a calm "⏳ 还没做" note and returns, so Run All
-goes on to the demonstrations below (Kaggle learntools does the same); only a wrong answer
-stops it. Wherever ``COURSE_CHECKS=strict`` is set (the grader, nbval, the tests, ``release
---execute``: :data:`course_tools.noninteractive.QUIET`) and outside Jupyter, it is a failed
-check exactly like a wrong answer, so no verdict can be earned by looking unattempted.
-
-Every check's outcome goes into the learner's local progress ledger
-(:mod:`course_tools.ledger`): a pass from :func:`passed`, a failure where it is shown.
-After a failed check, :func:`hint` (also available as ``hint()`` in the notebook once a
-check module is imported) prints the next tier of that check's hints: a check module may
-define ``HINTS = {"check_name": ("the concept", "the section that teaches it", "the line
-that is usually wrong")}``; tiers never contain the graded answer.
+A check prints one short ✅ line on success and raises :class:`CheckFailed` (an ``AssertionError``: 期望 / 实际 /
+提示). It builds its inputs from fixed seeds, so a constant or edited arguments cannot pass and a wrong answer fails
+every time. In Jupyter a failure shows at most four lines (:func:`failure_lines`), not a traceback, and the cell
+still errs, so Run All stops there and nbval and the grader count it. An unattempted exercise (:class:`NotStarted`)
+is a calm note in a learner's kernel (:func:`exercise_check`, as Kaggle learntools does) and a failure wherever
+``COURSE_CHECKS=strict`` is set (:func:`calm`). Outcomes go into the ledger (:mod:`course_tools.ledger`); after a
+failure :func:`hint` prints the next tier of the module's ``HINTS``, never the graded answer.
 
 Example (in a check cell)::
 

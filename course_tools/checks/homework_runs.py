@@ -1,18 +1,10 @@
 """Running a learner's homework scripts: the launcher, one run, watching runs side by side, the script's error.
 
-Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). A check starts
-each run through a ``Launcher`` (``LOCAL``: a subprocess in its own session; the grader's sandbox is
-another) with one CPU thread and the stand-in data, and ``watch`` waits for all of them. It stops at
-the first run that exits with an error, logs a step past the limit, or uses more than ``CPU_LIMIT``
-CPU seconds (``WALL_FACTOR`` times that in wall time, for a script that sleeps): limits in CPU time
-give the same verdict on a busy machine. A run started with ``kill_after=k`` is SIGKILLed right after
-its k-th optimizer step inside its own process (:mod:`course_utils.interrupt`), and every step of it is recorded
-by the resume doctor's probe (:mod:`course_utils.resume_doctor.probe`). When a script stops
-early, the failure shows the script's own error (``script_error``: the argparse message, or the
-exception and the learner's line), not a consequence of it. One thread per run: two threads per
-process on a busy 2-core machine are several times slower (``bench/threads.py``).
-
-Example::
+Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). A check starts each
+:class:`Run` through a :class:`Launcher` (``LOCAL``, or the grader's sandbox) with :func:`run_environ`, and
+:func:`watch` waits for all of them, stopping at the first error, a step past the limit, or ``CPU_LIMIT`` CPU
+seconds (limits in CPU time give the same verdict on a busy machine). When a script stops early, the failure
+shows the script's own error (:func:`script_error`), not a consequence of it. Example::
 
     with scratch(None, "config") as tmp:
         runs = [Run(script, ["--seed", "1234", "--max-steps", "3"], tmp, "a", "--seed 1234 的运行")]
@@ -73,7 +65,8 @@ LOCAL: Launcher = _launch_local  # a plain subprocess in its own session (the le
 
 def run_environ() -> dict[str, str]:
     """The environment of every run."""
-    # One thread per process: the checks run two or three scripts side by side. The data is always the
+    # One thread per process: the checks run two or three scripts side by side (two threads per process on a busy
+    # 2-core machine are several times slower: bench/threads.py). The data is always the
     # stand-in (a data root without CIFAR-10), as in the grader: an epoch of the small run is 16 steps everywhere.
     return {**quiet_environ(), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
             "COURSE_DATA": str(default_data_root() / "checks")}

@@ -1,16 +1,12 @@
 """Whether a homework upgrade has been started, found in seconds, so that 10 opens calm.
 
-On the untouched baseline each of 10's checks would run the script for 4-28 s and then report
-``unrecognized arguments: --out ...``, which reads like breakage. In a learner's own Jupyter
-(:func:`course_tools.checks.calm`), a check first asks the script for its ``--help``: when it lists
-none of the flags the upgrade adds (``UpgradeInfo.flags``), or the upgrade's script does not exist
-yet, the check reports :class:`~course_tools.checks.NotStarted` ("升级 N 还没开始") without training.
-A ``--help`` that fails, hangs or prints no usage proves nothing: the check then runs as usual. Under
-``COURSE_CHECKS=strict`` (the grader, the tests) :func:`started` does nothing, so no check's verdict
-changes; the grader's commit walk (:mod:`course_grader.upgrades`) uses :func:`help_text` through
-its sandbox only to skip older commits that have not started an upgrade.
-
-Example::
+On the untouched baseline each of 10's checks would run the script for 4-28 s and then report ``unrecognized
+arguments: --out ...``, which reads like breakage. In a learner's own Jupyter (:func:`course_tools.checks.calm`) a
+check first asks the script for its ``--help``: when it lists none of the flags an upgrade adds (``UpgradeInfo.flags``),
+or the script does not exist yet, the check reports :class:`~course_tools.checks.NotStarted` ("升级 N 还没开始")
+without training; a ``--help`` that fails, hangs or prints no usage proves nothing. Under ``COURSE_CHECKS=strict``
+:func:`started` does nothing, so no verdict changes; the grader's commit walk (:mod:`course_grader.upgrades`) uses
+:func:`help_text` in its sandbox only to skip older commits that have not started an upgrade. Example::
 
     script = started("notebooks/homework/train_cifar.py", 3)   # the baseline: raises NotStarted
 """

@@ -1,17 +1,13 @@
 """Checks for notebook 01 (mixed precision): an AMP train step, and which dtype needs a GradScaler.
 
-``check_amp_train_step(fn, seed)`` runs the learner's step and a reference step side by
-side on two tiny MLPs on the CPU, with an ENABLED fp16 GradScaler whose scale is
-controlled (``init_scale=2**10``, ``growth_interval=1``: every good step doubles it,
-every inf/NaN step halves it). Everything (weights, batches) comes from ``seed``. It
-compares the returned pre-clip norm, the weights and the scale after every step; the
-threshold is small, so clipping fires on every good step, and one step carries an inf
-input, which must be skipped. Each typical mistake (clipping before ``unscale_``, no
-``scaler.scale``, a forgotten ``update``, ``optimizer.step()`` instead of
-``scaler.step``, no ``zero_grad``, the post-clip norm returned, no clipping, no autocast)
-fails for every seed, with a hint naming it; ``tests/test_exercise_sweeps.py`` sweeps 50 seeds.
-
-``check_needs_scaler(fn)`` asks about fp32, bf16, fp16 and fp64 (no randomness).
+``check_amp_train_step(fn, seed)`` runs the learner's step and a reference step side by side on two tiny MLPs on
+the CPU with an ENABLED fp16 GradScaler whose scale is controlled (``init_scale=2**10``, ``growth_interval=1``:
+every good step doubles it, every inf/NaN step halves it), weights and batches from ``seed``. It compares the
+returned pre-clip norm, the weights and the scale after every step; the threshold is small, so clipping fires on
+every good step, and one step carries an inf input, which must be skipped. Each typical mistake (clipping before
+``unscale_``, no ``scaler.scale``, a forgotten ``update``, ``optimizer.step()`` instead of ``scaler.step``, no
+``zero_grad``, the post-clip norm returned, no clipping, no autocast) fails for every seed, with a hint naming it
+(the 50-seed sweep). ``check_needs_scaler(fn)`` asks about fp32, bf16, fp16 and fp64 (no randomness).
 """
 from __future__ import annotations
 

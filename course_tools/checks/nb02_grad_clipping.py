@@ -1,20 +1,14 @@
 """Checks for notebook 02 (gradient clipping).
 
-``check_global_clip(fn, seed)``: ``fn(parameters, max_norm)`` must clip all gradients
-by their global L2 norm, in place, and return the pre-clip norm, like
-``torch.nn.utils.clip_grad_norm_``. The parameter shapes come from ``seed``; the
-gradients are then rescaled so that each case's global norm is an exact multiple of its
-threshold (three cases clearly above it, one clearly below), so every typical mistake
-fails whatever the seed: per-parameter clipping, the post-clip norm returned, scaling
-up small gradients, iterating a generator twice, a missing square root, ``g = g * c``
-instead of an in-place update, element-wise clamping.
-
-``check_clip_audit(fn, seed)``: ``fn(step_fn)`` must say whether the clipping inside a
-train step ``step_fn(model, optimizer, scaler, x, y, max_norm)`` really limits the
-applied update. It runs on hidden candidate steps, correct and buggy, in an order
-shuffled by ``seed``, with torch's global CPU generator seeded from ``seed`` before each call,
-so a constant answer cannot pass and an audit that relies on outside RNG state is
-caught by the 50-seed sweep in ``tests/test_exercise_sweeps.py``.
+``check_global_clip(fn, seed)``: ``fn(parameters, max_norm)`` must clip all gradients by their global L2 norm, in
+place, and return the pre-clip norm, like ``torch.nn.utils.clip_grad_norm_``. Shapes come from ``seed`` and each
+case's global norm is an exact multiple of its threshold (three clearly above, one below), so every typical mistake
+fails whatever the seed: per-parameter clipping, the post-clip norm returned, small gradients scaled up, a
+generator iterated twice, a missing square root, ``g = g * c`` instead of an in-place update, clamping.
+``check_clip_audit(fn, seed)``: ``fn(step_fn)`` must say whether the clipping inside a train step
+``step_fn(model, optimizer, scaler, x, y, max_norm)`` really limits the applied update, on hidden correct and
+buggy steps in an order shuffled by ``seed``, torch's CPU generator seeded from ``seed`` before each call (an
+audit that relies on outside RNG state is caught by the 50-seed sweep in ``tests/test_exercise_sweeps.py``).
 """
 from __future__ import annotations
 

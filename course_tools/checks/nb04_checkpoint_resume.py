@@ -1,17 +1,12 @@
 """Checks for notebook 04 (checkpoint / resume).
 
-``check_resume_equivalence(save_checkpoint, load_checkpoint, seed=1234)`` trains a small
-dropout MLP with AdamW and a warm-up + cosine schedule for K steps, where every step
-uses all three CPU generators: python ``random`` picks the mini-batch, numpy adds
-augmentation noise, torch draws the dropout masks. It saves with the learner's
-``save_checkpoint``, continues M steps (the reference), then builds fresh objects in a
-"new process" (different init, every generator reseeded), restores with the learner's
-``load_checkpoint`` and continues M steps. The losses must match step by step. The
-check names the first missing element: weights, optimizer, scheduler, then each
-generator's state. Everything is derived from ``seed``, so a wrong answer fails for
-every seed (``tests/test_exercise_sweeps.py`` sweeps 50).
-
-Example::
+``check_resume_equivalence(save_checkpoint, load_checkpoint, seed=1234)`` trains a small dropout MLP with AdamW
+and a warm-up + cosine schedule for K steps, each step using all three CPU generators (python ``random`` picks the
+mini-batch, numpy adds augmentation noise, torch draws the dropout masks); saves with the learner's
+``save_checkpoint``, continues M steps (the reference); then builds fresh objects as a "new process" would
+(different init, every generator reseeded), restores with ``load_checkpoint`` and continues M steps. The losses
+must match step by step; a failure names the first missing element (weights, optimizer, scheduler, then each
+generator's state). Everything comes from ``seed``: a wrong answer fails for every seed (the 50-seed sweep). Example::
 
     check_resume_equivalence(save_checkpoint, load_checkpoint)
 """

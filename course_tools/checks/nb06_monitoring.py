@@ -1,22 +1,11 @@
 """Checks for 06_monitoring.ipynb: a loss-spike detector, judged on a fixed set of curves.
 
-``check_find_spikes(find_spikes, seed=1234)`` builds every curve from ``seed``; the
-right answer for each is what ``course_utils.alerts.SpikeDetector`` (the same rule,
-online) reports. Each case targets a typical mistake, so each wrong answer fails
-whatever the seed:
-
-- clean curves at three scales (0.01 … 20): a fixed threshold or a global statistic alarms;
-- injected spikes: a detector that never alarms, or compares with a global mean, misses;
-- a single NaN and a single inf: ``value > limit`` is False for NaN;
-- a run of inf (or NaN) followed by a real spike: non-finite values let into the window
-  turn the median into inf/NaN, and the spike after them is missed;
-- a slowly decaying curve with a late spike: the median of *all* past values is too high;
-- two spikes a few steps apart: a mean + std threshold is inflated by the first one;
-- a flat plateau with a small bump: without ``min_ratio`` a zero MAD alarms on anything;
-- a very noisy curve: ``min_ratio`` alone alarms on ordinary noise;
-- an early spike (fewer than ``window`` values before it): no judgement yet.
-
-Example::
+``check_find_spikes(find_spikes, seed=1234)`` builds every curve from ``seed``; the right answer for each is what
+``course_utils.alerts.SpikeDetector`` (the same rule, online) reports. Each case (:func:`check_cases`, its hints
+name the mistake it catches) targets a typical mistake, so each wrong answer fails whatever the seed: a fixed
+threshold or a global statistic, ``value > limit`` on a NaN, non-finite values let into the window, the median
+of all past values, a mean + std threshold, a zero MAD without ``min_ratio``, ``min_ratio`` alone on a noisy
+curve, a judgement before ``window`` values. Example::
 
     check_find_spikes(find_spikes)
 """

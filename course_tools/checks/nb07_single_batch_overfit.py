@@ -1,18 +1,12 @@
 """Checks for 07_single_batch_overfit: the overfit loop, diagnosing bugs from curves, the batch-mixing check.
 
-``train_with_bug`` holds the bug gallery (the same five training steps the notebook shows);
-``mystery_functions`` hands the learner three of them under opaque names to practise on.
-
-Both checks are deterministic: ``seed`` fixes every model, batch and case, and the cases are
-chosen so that each typical wrong answer fails on every seed (``tests/support/wrong_answers/nb07*.py`` keep the
-wrong answers, ``tests/test_exercise_sweeps.py`` sweeps 50 seeds). ``check_diagnose`` uses small MLPs with 3 to 100 classes
-and different label mixes, so no fixed threshold on the loss separates the bugs: the starting
-loss is about ln(classes), re-shuffled labels plateau near the entropy of the batch's labels,
-and the softmax-twice floor is ln(e + C - 1) - 1. Only the shape of the curve and the grad norm
-tell the bugs apart. Its curves, and the reference Adam run of ``check_overfit_one_batch``, are
-computed once per seed and cached.
-
-Example (in a check cell)::
+``train_with_bug`` holds the bug gallery (the five training steps the notebook shows); ``mystery_functions`` hands
+the learner three of them under opaque names. ``seed`` fixes every model, batch and case, chosen so that each
+typical wrong answer fails on every seed (``tests/support/wrong_answers/nb07*.py``, the 50-seed sweep).
+``check_diagnose`` uses small MLPs with 3 to 100 classes and different label mixes, so no fixed loss threshold
+separates the bugs (the start is about ln(classes), re-shuffled labels plateau near the batch labels' entropy, the
+softmax-twice floor is ln(e + C - 1) - 1): only the curve's shape and the grad norm tell them apart. Its curves
+and ``check_overfit_one_batch``'s reference Adam run are computed once per seed and cached. Example (in a check cell)::
 
     from course_tools.checks.nb07_single_batch_overfit import check_diagnose
     check_diagnose(diagnose)

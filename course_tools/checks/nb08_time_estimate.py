@@ -1,23 +1,12 @@
-"""Checks for 08_time_estimate.ipynb: the training-time formula and its unit trap.
+"""Checks for 08_time_estimate.ipynb: the training-time formula and its unit trap, and §8's checkpoint plan.
 
-    hours = num_samples * epochs / (batch_size * steps_per_sec * 3600)
-
-The check draws six cases from a fixed seed (so a constant, or an answer tuned to the
-chapter's example, cannot pass; the outcome never depends on luck) and adds the
-chapter's example read both ways:
-0.5 steps/s (about 4.2 h) and 0.5 samples/s, i.e. 0.125 steps/s at batch 4
-(about 16.7 h). A wrong answer is named when its ratio to the right one gives it
-away: the batch size forgotten, steps/s multiplied instead of divided, seconds
-or minutes instead of hours.
-
-§8's exercise, ``checkpoint_plan(work_hours, price_per_hour, mtbf_minutes, save_seconds, restart_seconds)``:
-Young's interval τ* = √(2·C·M) in seconds and the expected ¥ of the job saving every τ*,
-``price × M·e^{R/M}·(e^{(τ*+C)/M} − 1)·W/τ* / 3600`` (``course_utils.estimate_ckpt``). Six cases from a fixed
-seed with R between 4% and 25% of M and C between 0.3% and 2% of M, so that each typical mistake moves the
-answer by more than the 2% tolerance (R forgotten, minutes taken as seconds, the square root dropped, M taken
-as the interval, the saves' own time left out of the exponent), and the chapter's example at M = 2 h.
-
-The FLOP and memory exercises (08b_flops_memory) are checked in ``nb08b_flops_memory``.
+``check_estimate_hours``: hours = num_samples * epochs / (batch_size * steps_per_sec * 3600) on six cases drawn
+from a fixed seed (a constant, or an answer tuned to the chapter's example, cannot pass) and the chapter's example
+read both ways (steps/s and samples/s); a wrong answer is named by its ratio to the right one (:func:`_diagnose`).
+``check_checkpoint_plan``: Young's interval τ* = √(2·C·M) and the expected ¥ of the job saving every τ*
+(``course_utils.estimate_ckpt``) on six seeded cases whose restart and save times make each typical mistake
+(R forgotten, minutes taken as seconds, the square root dropped, M as the interval, the saves' own time left out)
+move the answer by more than the 2% tolerance, and the chapter's example at M = 2 h. 08b is ``nb08b_flops_memory``.
 
 Example (in a check cell)::
 

@@ -1,14 +1,11 @@
 """Checks for 08b_flops_memory.ipynb: a training step's FLOPs by hand, and its memory budget.
 
-``check_step_flops`` compares the learner's hand count of one training step of
-``exercise_model(image_size)`` with ``FlopCounterMode`` (1% tolerance) on eight
-(batch, image size) cases, odd sizes included so that the stride's rounding matters.
-
-``check_peak_memory`` compares the learner's memory budget of one AdamW step of
+``check_step_flops`` compares the learner's hand count of one training step of ``exercise_model(image_size)``
+with ``FlopCounterMode`` (1% tolerance) on eight (batch, image size) cases, odd sizes included so that the
+stride's rounding matters. ``check_peak_memory`` compares the learner's budget of one AdamW step of
 ``exercise_mlp(widths)`` with the four parts counted on the real tensors after one step
-(``course_utils.estimate.measured_memory``; 10% tolerance) on seven configurations whose
-activations are 36–48% of the total, so that each forgotten part misses by more than 10% (and the hints
-naming them stay apart).
+(``course_utils.estimate.measured_memory``; 10% tolerance) on seven configurations whose activations are 36–48%
+of the total, so that each forgotten part misses by more than 10% (and the hints naming them stay apart).
 
 Example (in a check cell)::
 

@@ -1,37 +1,12 @@
 """Behaviour checks for the chapter 0.4 homework: run the learner's scripts, never read their code.
 
-Each check starts the learner's script as a subprocess, exactly as the 约定 (contract) block
-at the end of its section in ``10_homework.ipynb`` shows, then reads the files the script
-wrote. The contract, in the order the five upgrades introduce it:
-
-1. ``check_config``: flags ``--out DIR --seed N --max-steps N --model {small,tiny}
-   --data-fraction F`` (plus the baseline's ``--epochs --batch-size --lr``);
-   ``DIR/config.json`` holds the seed (key ``seed``, any depth) and the git commit (a key
-   whose name contains ``commit``); ``DIR/metrics.jsonl`` has one JSON object per optimizer
-   step with ``step`` (1, 2, ...) and ``loss``; eval records carry ``"split": "val"``.
-2. ``check_resume``: ``--resume`` (continue from the newest checkpoint in ``DIR``),
-   ``--ckpt-every-steps N`` and ``--dropout P`` (dropout draws its masks from the global
-   generator: a checkpoint without the RNG state resumes onto other masks); ``metrics.jsonl``
-   written while training (flushed at least at every checkpoint); after ``--resume`` it is
-   appended to or recreated, step numbers continue.
-3. ``check_clipping``: ``--clip MAX_NORM``; every training record has ``grad_norm`` (the
-   PRE-clip global norm) and ``clipped`` (bool); the clip acts (``--clip 1e-4`` and
-   ``--clip 1e6`` train differently).
-4. ``check_ema``: ``--ema-decay D`` (0 disables); the evaluation at the end of training is a
-   ``"split": "val"`` record with ``loss``, ``acc``, ``loss_ema``, ``acc_ema`` (no ``*_ema``
-   when disabled); the EMA is in the checkpoint: after a kill and ``--resume`` the final EMA
-   evaluation equals the uninterrupted run's.
-5. ``check_overfit``: ``debug_overfit.py`` and ``debug_overfit_broken_labels.py`` take
-   ``--out --steps --batch-size --model --seed``, write ``DIR/metrics.jsonl`` (``step``,
-   ``loss``, ``grad_norm``) and ``DIR/samples.png``, exit 0 when the batch was memorised,
-   non-zero otherwise.
-
-``UPGRADES`` lists them in order for the grader (``course_grader``); every check takes a ``launcher``
-(``LOCAL``, or the grader's sandbox) and a ``workdir`` (where the run folders go), and prints the absolute
-path of the script it runs. Running and watching a script: :mod:`~course_tools.checks.homework_runs`;
-reading its untrusted files: :mod:`~course_tools.checks.untrusted_files`; the kill and resume of upgrades
-2 and 4: :mod:`~course_tools.checks.homework_resume`. The seeds are fixed (``seed=1234``): a failure
-reproduces with the command its message prints. Reference machinery (the homework of ``10_homework``). Example::
+Reference machinery (the homework of ``10_homework``). Each check starts the learner's script as a subprocess,
+exactly as the 约定 (contract) block at the end of its section in ``10_homework.ipynb`` shows (flags, files,
+records: the contract is stated there once), then reads the files the script wrote; each check's docstring says
+what it requires. ``UPGRADES`` lists the five in order for the grader (``course_grader``); every check takes a
+``launcher`` (``LOCAL``, or the grader's sandbox) and a ``workdir`` (where the run folders go), and prints the
+absolute path of the script it runs. The seeds are fixed (``seed=1234``): a failure reproduces with the command
+its message prints. Example::
 
     from course_tools.checks.nb10_homework import check_config
     check_config("notebooks/homework/train_cifar.py")

@@ -1,27 +1,17 @@
 """Checks for notebook 11 (several processes: DDP on the CPU with gloo).
 
-``check_rank_batch(rank_batch, seed=1234)`` calls the learner's
-``rank_batch(n, global_batch, seed, epoch, step, rank, world_size)`` for every step and
-rank of two epochs (two ranks with an odd last batch; four ranks with a global batch that
-four does not divide) and requires: together the ranks hold exactly the step's global
-batch of ``course_utils.data.epoch_order(n, seed, epoch)`` (so every sample of the epoch is
-seen exactly once), the shares differ by at most one sample, and a call gives the same
-answer twice. Any such partition passes (contiguous slices or every W-th sample).
-
-``check_strip_module_prefix(strip_module_prefix, seed=1234)`` gives the learner's function
-the ``state_dict`` of a model wrapped the way ``DistributedDataParallel`` wraps it (every
-key gains ``module.``), a plain one, and one of a model that has its own child called
-``module``. The result must load into the plain model with ``strict=True`` and give the
-same outputs; exactly one leading ``module.`` goes, nothing else; the argument is left
-as it was. Layer names are chosen so that ``str.replace`` and ``str.lstrip`` fail.
-
-Both checks derive every size and value from ``seed``; a wrong answer fails for every
-seed (``tests/test_exercise_sweeps.py`` sweeps 50).
+``check_rank_batch(rank_batch, seed=1234)`` calls the learner's ``rank_batch(n, global_batch, seed, epoch, step,
+rank, world_size)`` for every step and rank of two epochs (two ranks with an odd last batch; four ranks with a
+global batch four does not divide): together the ranks hold exactly the step's global batch of
+``course_utils.data.epoch_order``, the shares differ by at most one sample, a call gives the same answer twice.
+``check_strip_module_prefix(strip_module_prefix, seed=1234)`` gets the ``state_dict`` of a DDP-wrapped model, a
+plain one and one whose model has its own child ``module``: exactly one leading ``module.`` goes (layer names
+make ``str.replace`` and ``str.lstrip`` fail), the result loads with ``strict=True``, the argument is untouched.
+Both derive every size and value from ``seed``; a wrong answer fails for every seed (``tests/test_exercise_sweeps.py``).
 
 Example::
 
     check_rank_batch(rank_batch)
-    check_strip_module_prefix(strip_module_prefix)
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """Checks for 12_loss_spikes.ipynb: name the cause of a spike from a run's records.
 
-``check_diagnose(diagnose_spike, seed=1234)`` builds runs' records around a spike from ``seed``:
-each record is a dict with ``step``, ``loss``, ``grad_norm`` (pre-clip), ``lr`` and the batch's
-input statistics ``batch_mean``, ``batch_std``. The cause of each case is known by construction
-("data", "lr" or "numerics") and agrees with ``reference_cause``, the rule the notebook teaches:
-
-1. the first alarm: the first record whose loss or grad norm is not finite, or is more than
-   ``RATIO`` times the median of the (finite) values of the ``WINDOW`` records before it;
-2. its batch is abnormal (std off by ``RATIO``x, or the mean more than 3 median stds off) → "data";
-3. the logged lr jumped (more than 2x its recent median) or the grad norm was already rising
-   (the median of the ``LEAD`` records before the alarm above 1.3x the median before them) → "lr";
-4. the alarm is a NaN/inf → "numerics"; otherwise a one-batch spike → "data".
-
-The cases target the typical mistakes: a bad batch whose loss stays high for a while (the smoothed
-loss only sees a rise that lasts), bad batches during the lr warm-up (the lr changes anyway), a
-bad batch so bad that its loss is inf (non-finite is not always numerics), lr blow-ups that end
-in NaN (a precursor, then the NaN), an lr jump followed at once by a NaN (the lr column), an inf
-grad norm under a finite loss and NaN steps without precursor (NaN compares False to everything).
-
-Example::
+``check_diagnose(diagnose_spike, seed=1234)`` builds runs' records around a spike from ``seed`` (each record:
+``step``, ``loss``, the pre-clip ``grad_norm``, ``lr``, the batch's ``batch_mean`` and ``batch_std``); each case's
+cause is known by construction and agrees with :func:`reference_cause`, the rule the notebook teaches. The cases
+target the typical mistakes: a bad batch whose loss stays high (a smoothed loss sees only a lasting rise), bad
+batches during the lr warm-up, a batch so bad its loss is inf, lr blow-ups ending in NaN, an lr jump followed at
+once by a NaN, an inf grad norm under a finite loss, NaN steps without precursor (NaN compares False to all). Example::
 
     check_diagnose(diagnose_spike)
 """
@@ -59,7 +46,8 @@ def first_alarm(records: list[dict], window: int = WINDOW, ratio: float = RATIO)
 
 
 def reference_cause(records: list[dict], window: int = WINDOW) -> str:
-    """The notebook's rule (module docstring): "data", "lr" or "numerics"."""
+    """The notebook's rule, in the order of the tests below: the first alarm's batch is abnormal -> "data"; the lr
+    jumped or the grad norm was already rising -> "lr"; the alarm is a NaN/inf -> "numerics"; otherwise "data"."""
     t = first_alarm(records, window)
     if t is None:
         raise ValueError("no alarm in these records")

@@ -1,19 +1,13 @@
 """Check for notebook 13 (the resume doctor's capstone).
 
-``check_capstone(save_checkpoint, load_checkpoint, seed=1234)`` takes the learner's exercise cell (the two
-functions, their imports and helpers, read back from the source Python keeps of it), pastes it over the
-reference trainer's own two functions (``course_tools.lab.capstone.with_functions``) and runs the resume doctor
-on the result: ``python -m course_utils.resume_doctor`` kills the trainer after exact optimizer steps,
-resumes it, and compares every step with an uninterrupted run. The check passes when the doctor finds
-nothing (exit 0). Otherwise it prints the doctor's diagnosis and fails naming its first difference
-(component and step). Before the doctor, one save and one load in this process catch an unfinished stub
-or a crash in a second, without starting any process.
-
-Why the doctor decides: the kills count optimizer steps inside the trainer's own process, so the verdict
-does not depend on the machine's load; the comparison is exact (a correct resume on a CPU is bit for bit).
-``seed`` is the trainer's ``--seed`` (initial weights, token stream, data order).
-
-Example::
+``check_capstone(save_checkpoint, load_checkpoint, seed=1234)`` pastes the learner's exercise cell (the two
+functions, their imports and helpers, read back from the source Python keeps of it) over the reference trainer's
+two functions (``course_tools.lab.capstone.with_functions``) and runs ``python -m course_utils.resume_doctor`` on
+the result: it passes when the doctor finds nothing (exit 0), else it prints the diagnosis and fails naming the
+first difference (component and step). One save and one load in this process first catch an unfinished stub or a
+crash in a second. Why the doctor decides: its kills count optimizer steps inside the trainer's own process, so
+the verdict does not depend on load, and the comparison is exact (a correct resume on a CPU is bit for bit).
+``seed`` is the trainer's ``--seed`` (initial weights, token stream, data order). Example::
 
     check_capstone(save_checkpoint, load_checkpoint)
 """

@@ -1,23 +1,12 @@
 """13's capstone: the tiny LM trainer's four resume defects, the learner's copy, and the doctor run on it.
 
-Reference machinery, not taught: 13 keeps visible the command it runs and the diagnosis it reads, and
-calls these helpers for the rest.
-
-The reference trainer, ``course_tools/lab/train_tiny_lm.py``, resumes exactly; it sits in ``course_tools``
-because 13's check pastes a learner's two functions into it, also inside the grader's sandbox, which sees
-only the course packages.
-
-- :data:`DEFECTS`: the four defects of the learner's copy, each as textual edits of the reference's
-  ``save_checkpoint`` / ``load_checkpoint`` (``course_tools/lab/train_tiny_lm.py``); each is a kind of
-  defect found in a real trainer (the comment names where);
-- :func:`with_defects` applies some of them to a source; :func:`learner_copy` is the reference with all four:
-  ``notebooks/capstone/train_tiny_lm.py`` byte for byte (``tests/test_nb13_resume_doctor.py``; to change
-  the trainer, edit the reference, then ``python -m course_tools.lab.capstone``);
-- :func:`with_functions` pastes a learner's exercise cell over the reference's two functions;
-- :func:`run_doctor` runs ``python -m course_utils.resume_doctor`` on a trainer (its command-line contract
-  only) and returns its exit status, printed diagnosis and JSON report.
-
-Example::
+Reference machinery, not taught: 13 keeps visible the command it runs and the diagnosis it reads. The reference
+trainer, ``course_tools/lab/train_tiny_lm.py``, resumes exactly; it sits in ``course_tools`` because 13's check
+pastes a learner's two functions into it (:func:`with_functions`), also inside the grader's sandbox, which sees
+only the course packages. :data:`DEFECTS` are textual edits of its ``save_checkpoint`` / ``load_checkpoint``, each
+a kind of defect found in a real trainer (the comment names where); :func:`learner_copy`, the reference with all
+four, is ``notebooks/capstone/train_tiny_lm.py`` byte for byte (``tests/test_nb13_resume_doctor.py``; to change the
+trainer, edit the reference, then ``python -m course_tools.lab.capstone``). Example::
 
     path = write_trainer(folder, with_defects(trainer_source(), ["fp16 weights"]))
     verdict = run_doctor(path, folder / "doctor")

@@ -1,21 +1,10 @@
 """The machinery behind the experiments of ``04_checkpoint_resume``: plots, a measurement, the launcher.
 
-Reference machinery, not taught: the notebook keeps visible every line a learner must
-understand (what a checkpoint holds, how it is restored, the command line, the kill, the
-``--resume``, the comparison) and calls these helpers for the rest:
-
-- :func:`plot_amnesia` draws section 1's loss and lr curves (uninterrupted, full checkpoint,
-  weights only);
-- :func:`run_logged` starts the professional script with its output in a log file, optionally to be
-  SIGKILLed right after an exact optimizer step (:mod:`course_utils.interrupt`);
-  :func:`wait_for_kill` waits for that and returns the records on disk then (section 3);
-- :func:`plot_kill_and_resume` draws section 3's curves;
-- :func:`accuracy` evaluates a model on a dataset (section 4);
-- :func:`flip_byte` damages one byte of a tensor's data inside a checkpoint file (section 5);
-- :func:`pretrained_mlp` stands in for a pretrained model, :class:`LoRALinear` / :func:`add_lora` give it
-  LoRA adapters (the whole base frozen, the head included), :func:`train_a_few_steps` fine-tunes it (section 7).
-
-Example::
+Reference machinery, not taught: the notebook keeps visible every line a learner must understand (what a checkpoint
+holds, how it is restored, the command line, the kill, the ``--resume``, the comparison) and calls these helpers
+for the rest: the curves of sections 1 and 3, the launcher that SIGKILLs the professional script right after an
+exact optimizer step (:func:`run_logged`, :func:`wait_for_kill`), an accuracy (section 4), a flipped byte in a
+checkpoint (section 5), and a stand-in pretrained model with LoRA adapters (section 7). Example::
 
     proc = run_logged(command, WORK / "interrupted.log", kill_after=12)
     before_kill = wait_for_kill(proc, run_dir)

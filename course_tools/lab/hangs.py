@@ -5,9 +5,7 @@ stuck, status.json, the report, the stacks, the losses) and calls :func:`freeze_
 section 9 (``course_tools.lab.multi_process``). Why a helper: every moment is an event it waits for (a step logged,
 rank 0 waiting, the job's end), never a fixed sleep alone, so a busy machine changes the durations, not the
 outcome. Pitfall: the sampling window must end well before ``--hang-timeout`` runs out, or the watchdog ends the
-job while it is being watched (``settle_s + watch_s < hang_timeout - 1``, checked before any job starts).
-
-Example::
+job while it is being watched (``settle_s + watch_s < hang_timeout - 1``, checked before any job starts). Example::
 
     job = freeze_rank(freeze_at=8, hang_timeout=6)    # a FrozenJob
     job.report["message"], job.returncode             # the watchdog's one line; torchrun's exit code (1)

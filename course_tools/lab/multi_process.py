@@ -3,9 +3,7 @@
 Reference machinery, not taught: the notebook keeps visible every line a learner must understand (what each rank
 computes, the sharding, ``set_epoch``, the per-rank seed, the rank-0 write, the barrier) and calls these helpers
 for the rest, from :func:`run_ranks` (forked ranks in one gloo group, section 1 onwards) to :func:`kill_and_resume`
-(torchrun, section 9). Every file goes under one temporary folder (:func:`fresh`); :func:`cleanup` removes it.
-
-Example::
+(torchrun, section 9). Every file goes under one temporary folder (:func:`fresh`); :func:`cleanup` removes it. Example::
 
     answers = run_ranks(hello)                      # [rank 0's return value, rank 1's]
     job = kill_and_resume(kill_after=12)             # a KilledJob: losses, sessions, states
