@@ -109,12 +109,19 @@ def _sibling(report: Path, suffix: str) -> Path:
     return report.with_name(report.stem + suffix)
 
 
+def _start(path: Path, columns: tuple[str, ...], rows):
+    """A CSV file with the header ``columns``, then ``rows`` (dicts), flushed and left open: (file, writer)."""
+    f = open(path, "w", newline="", encoding="utf-8")
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    f.flush()
+    return f, writer
+
+
 def write_rows(path: Path, columns: tuple[str, ...], rows) -> None:
     """A CSV file: the header ``columns``, then ``rows`` (dicts)."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    _start(path, columns, rows)[0].close()
 
 
 def _read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
@@ -154,18 +161,8 @@ class Report:
         self.grades: list[Grade] = [g for g in load_report(self.path) if g.key[0] not in drop] if resume else []
         self.done = {g.key for g in self.grades}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._grades_file = self._open(self.path, row_columns(), [g.row() for g in self.grades])
-        self._checks_file = self._open(self.checks_path, check_columns(),
-                                       [r for g in self.grades for r in g.check_rows()])
-
-    @staticmethod
-    def _open(path: Path, columns: tuple[str, ...], rows: list[dict[str, str]]):
-        f = open(path, "w", newline="", encoding="utf-8")
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-        f.flush()
-        return f, writer
+        self._grades_file = _start(self.path, row_columns(), [g.row() for g in self.grades])
+        self._checks_file = _start(self.checks_path, check_columns(), [r for g in self.grades for r in g.check_rows()])
 
     def add(self, grade: Grade) -> None:
         """Append one finished notebook (check rows first, so a row in grades.csv is always complete)."""

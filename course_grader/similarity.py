@@ -107,14 +107,8 @@ def _raw_tokens(source: str) -> tuple[list[tuple[str, str]], bool]:
                 out.append((kind, tok.string))
         return out, False
     except (tokenize.TokenError, SyntaxError):
-        pass
-    out = []
-    for match in _FALLBACK.finditer(source):
-        kind = match.lastgroup
-        if kind in ("comment", "space"):
-            continue
-        out.append((kind, match.group()))
-    return out, True
+        return [(m.lastgroup, m.group()) for m in _FALLBACK.finditer(source)
+                if m.lastgroup not in ("comment", "space")], True
 
 
 def tokens(source: str) -> tuple[list[str], bool]:

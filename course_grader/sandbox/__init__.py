@@ -14,6 +14,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -101,8 +102,6 @@ def private_dir() -> Path:
         if (parts[1].isdigit() and not alive(int(parts[1])) and not old.is_symlink() and old.is_dir()
                 and old.stat().st_uid == os.getuid()):
             shutil.rmtree(old, ignore_errors=True)
-    try:
+    with contextlib.suppress(OSError):
         Cgroup.sweep(Path("/proc/self/cgroup").read_text().splitlines())
-    except OSError:
-        pass
     return Path(tempfile.mkdtemp(prefix=private_prefix(os.getpid())))

@@ -12,6 +12,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -184,11 +185,9 @@ class ScriptBox:
                 line = (f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),"
                         f"已终止整个沙箱")
                 self.killed.append(line)
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     log.write(f"\n{line}\n")
                     log.flush()
-                except (OSError, ValueError):
-                    pass
                 return
             time.sleep(0.2)
 

@@ -11,6 +11,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -103,15 +104,13 @@ class Cgroup:
     def cpu_seconds(self) -> float:
         """CPU seconds used in this cgroup so far, exited processes included (the last reading once removed)."""
         if self.cpu is not None:
-            try:
+            with contextlib.suppress(OSError, ValueError, StopIteration, IndexError):
                 text = self.cpu.read_text()
                 if self.cpu.name == "cpu.stat":
                     value = int(next(l.split()[1] for l in text.splitlines() if l.startswith("usage_usec "))) / 1e6
                 else:
                     value = int(text) / 1e9
                 self._seconds = max(self._seconds, value)
-            except (OSError, ValueError, StopIteration, IndexError):
-                pass
         return self._seconds
 
     def members(self) -> set[int]:
@@ -134,10 +133,8 @@ class Cgroup:
                 for old in parent.glob("course-grade-*-*") if parent.is_dir() else []:
                     pid = old.name.split("-")[2]
                     if pid.isdigit() and not alive(int(pid)):
-                        try:
+                        with contextlib.suppress(OSError):
                             old.rmdir()
-                        except OSError:
-                            pass
 
     def close(self) -> None:
         """Remove the cgroup (after :meth:`SandboxProcesses.end` it is empty at once)."""

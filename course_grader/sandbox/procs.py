@@ -13,6 +13,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -82,15 +83,11 @@ class SandboxProcesses:
             if not procs and not members:
                 return []
             for proc in procs:
-                try:
+                with contextlib.suppress(psutil.Error):
                     proc.kill()  # psutil refuses a pid that now belongs to another process
-                except psutil.Error:
-                    pass
             for pid in members:
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
             if time.monotonic() >= deadline:
                 return sorted({p.pid for p in procs} | members)
             time.sleep(0.01)
@@ -117,10 +114,8 @@ class SandboxPopen(subprocess.Popen):
         if info is not None:
             with os.fdopen(info[0], "rb") as pipe:
                 text = pipe.read(1 << 16)   # EOF as soon as bwrap has written it (or failed)
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 self.sandbox.look(int(json.loads(text)["child-pid"]))
-            except (ValueError, KeyError, TypeError):
-                pass
 
     def cpu_seconds(self) -> float:
         """CPU seconds used by this run's sandbox so far."""
