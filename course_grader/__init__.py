@@ -25,8 +25,7 @@ that changed), grades.html and grades_feedback/ (a page per learner).
 from __future__ import annotations
 
 from course_grader.cli import main
-from course_grader.notebook import grade_item
-from course_grader.options import Options
-from course_grader.pipeline import ROOT, _shard, grade_all  # noqa: F401 - _shard: the shard rule, tested here
+from course_grader.pipeline import ROOT, Options, grade_all, grade_item
+from course_grader.pipeline import _shard  # noqa: F401 - the shard rule, tested here
 
 __all__ = ["ROOT", "Options", "grade_item", "grade_all", "main"]

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 from course_tools.cputime import WALL_FACTOR
-from course_grader.options import Options
-from course_grader.pipeline import ROOT, UnknownLearner, grade_all
+from course_grader.pipeline import ROOT, Options, UnknownLearner, grade_all
 from course_grader.report import load_report, merge_reports, pass_rate_table, table
 from course_grader.steps import hooks
 from course_tools.release import AuthoringError

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from course_tools.cputime import WALL_FACTOR
 from course_grader.sandbox import GiB, KernelBox
 
 if TYPE_CHECKING:
-    from course_grader.options import Options
+    from course_grader.pipeline import Options
     from course_grader.plan import Plan
     from course_grader.submission import Submission
 
@@ -218,10 +219,8 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
             kc.stop_channels()
         await asyncio.to_thread(box.end)  # the whole sandbox, before the kernel manager reaps its own process
         budget.spent += box.cpu_seconds()
-        try:
+        with contextlib.suppress(Exception):  # already dead, never started
             await km.shutdown_kernel(now=True)
-        except Exception:  # noqa: BLE001 - already dead, never started
-            pass
         context.destroy(linger=0)
 
 

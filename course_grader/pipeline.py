@@ -1,7 +1,9 @@
 """The class run: every learner x graded notebook and the homework, ``jobs`` at a time, rows written as they finish.
 
-:func:`grade_all` first checks that the sandbox starts and cannot see the references, submissions or report.
-A grader bug in one item is that item's row (score 0, its total kept), never the end of the run.
+:class:`Options` are the run's settings; :func:`grade_item` grades one notebook through
+:data:`~course_grader.steps.NOTEBOOK_STEPS`. :func:`grade_all` first checks that the sandbox starts and cannot
+see the references, submissions or report. A grader bug in one item is that item's row (score 0, its total
+kept), never the end of the run.
 
 Example::
 
@@ -10,31 +12,70 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from course_tools.cells import CHECK, tagged
 from course_grader.answers import outside_check
 from course_grader.collect import Finding, Item, collect
 from course_grader.hand_in import read_scripts
-from course_grader.homework import NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework
+from course_grader.homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework
 from course_grader.kernel import clean_text
-from course_grader.notebook import grade_item
-from course_grader.options import Options
-from course_grader.plan import cell_source, references
+from course_grader.plan import cell_source, check_labels, references
 from course_grader.report import CheckOutcome, Grade, Report, safe_field
-from course_grader.sandbox import SandboxUnavailable, check_available, private_dir, readonly_paths
-from course_grader.steps import hooks
+from course_grader.sandbox import Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
+from course_grader.steps import NOTEBOOK_STEPS, hooks, run_steps
+from course_grader.submission import Submission
 
 if TYPE_CHECKING:
+    import nbformat
+
     from course_grader.html_report import SimilarPair
 
-__all__ = ["ROOT", "UnknownLearner", "grade_all"]
+__all__ = ["ROOT", "Options", "UnknownLearner", "grade_item", "grade_all"]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Options:
+    """How notebooks are run. ``cell_timeout``, ``timeout``: CPU seconds per cell and per notebook (all its
+    runs), each with a wall-clock backstop of ``WALL_FACTOR`` times that; ``grace``: seconds (wall) a cell
+    gets to stop after its interrupt; ``steps``: the step modules' own settings, by module name
+    (:func:`course_grader.steps.hooks`)."""
+
+    cell_timeout: float = 120.0
+    timeout: float = 900.0
+    grace: float = 10.0
+    jobs: int = 1
+    sandbox: bool = True
+    limits: Limits = field(default_factory=Limits)
+    run_flagged: bool = False
+    homework: bool = True
+    require_commits: bool = False
+    homework_limits: Limits = HOMEWORK_LIMITS
+    steps: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def threads(self) -> int:
+        """Torch/OpenMP threads per kernel: the cores shared between the parallel kernels."""
+        return max(1, (os.cpu_count() or 1) // self.jobs) if self.jobs > 1 else 0
+
+
+async def grade_item(item: Item, released: nbformat.NotebookNode, options: Options, private: Path) -> Grade:
+    """Grade one learner x notebook; never raises for a bad submission."""
+    grade = Grade(item.learner, item.reference.name, total=len(check_labels(released)), notes=list(item.notes),
+                  review=list(item.review))
+    if not options.sandbox:
+        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
+    sub = Submission(item, grade, private, options.sandbox, options, options.steps, released=released)
+    await run_steps(NOTEBOOK_STEPS, sub)
+    return sub.finish()
 
 
 class UnknownLearner(ValueError):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from course_grader.homework import HomeworkSetup
     from course_grader.kernel import CellResult
-    from course_grader.options import Options
+    from course_grader.pipeline import Options
     from course_grader.plan import Plan
 
 __all__ = ["Submission"]
