@@ -33,7 +33,8 @@ Example::
     assert not unchecked_options(p)
 
 Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it): its flags' types
-and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``).
+and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``), its hidden fault flags (``add_probe_flags``) and
+the one line that says how a run failed (``guarded``, ``failed``).
 """
 from __future__ import annotations
 
@@ -42,15 +43,18 @@ import math
 import os
 import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, NoReturn
 
 from course_utils.distributed import World
+from course_utils.heartbeat import PHASES
 from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes, holds_run
 from course_utils.signals import StopSignal
 
 __all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "entries", "run_folder",
-           "device_spec", "unchecked_options", "refuse", "Started", "start_run"]
+           "device_spec", "unchecked_options", "PROBE_FLAGS", "add_probe_flags", "refuse", "Started", "start_run",
+           "guarded", "failed"]
 
 
 USAGE_ERROR = 2  # argparse's exit status for a bad command line
@@ -205,6 +209,29 @@ def unchecked_options(parser: argparse.ArgumentParser) -> list[str]:
     return unchecked
 
 
+PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "inject_stall", "inject_stuck_worker",
+               "inject_straggler")
+"""The hidden flags of ``add_probe_flags``: a script imports its fault hooks (``course_tools.probes``) only when one
+is given, and lists them among the fields a --resume may change."""
+
+
+def add_probe_flags(p: argparse.ArgumentParser) -> None:
+    """The faults that tests and demos inject into a training script (``PROBE_FLAGS``), hidden from --help.
+
+    They are validated like every flag, so a test's typo fails as a learner's would. Example::
+
+        add_probe_flags(p); p.parse_args(["--inject-nan-at-step", "3,5"]).inject_nan_at_step == (3, 5)
+    """
+    hidden = argparse.SUPPRESS
+    p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=hidden)  # NaN outputs at these steps
+    p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=hidden)  # corrupted global batches
+    p.add_argument("--sample-ledger", action="store_true", help=hidden)  # the samples of each step
+    p.add_argument("--inject-stall", default=(), help=hidden,  # a rank freezes in a phase of a step
+                   type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."))
+    p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=hidden)
+    p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(), help=hidden)
+
+
 def refuse(exc: Exception) -> int:
     """Print ``prog: 拒绝运行: exc`` on one line to stderr; the exit status 2 (``ExitCode.REFUSED``: nothing changed)."""
     print(f"{Path(sys.argv[0]).name}: 拒绝运行: {exc}", file=sys.stderr)
@@ -248,3 +275,38 @@ def start_run(args: argparse.Namespace, *, free: Iterable[str], changeable: Iter
     except Refused as exc:
         sys.exit(refuse(exc))
     return Started(args, stop, run, saved, changes, world)
+
+
+def guarded(train: Callable[[], int], run: RunFolder | None, world: World, out: str | os.PathLike,
+            expected: tuple[type[Exception], ...] = ()) -> int:
+    """``train()``'s exit code, or the one every other way out of a training earns, said on one line.
+
+    A ``Refused`` (a flag only torch or the data could judge; nothing changed): exit 2. An ``expected`` error
+    (its message says it all), a disk error, a second Ctrl-C or any crash (with its traceback): ``failed``.
+    The pitfall it avoids: a crash that leaves status.json at "running" for a launcher or a watcher to trust.
+    Example: ``return guarded(lambda: train(args), run, world, args.out, expected=(UnreadableDataError,))``.
+    """
+    try:
+        return train()
+    except Refused as exc:
+        return refuse(exc) if world.is_main else ExitCode.REFUSED
+    except expected as exc:
+        return failed(run, str(exc), world)
+    except OSError as exc:  # disk full, read-only folder, a file system gone
+        return failed(run, f"读写 {exc.filename or out} 失败({exc.strerror or exc})", world)
+    except KeyboardInterrupt:
+        return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存", world)
+    except Exception as exc:
+        traceback.print_exc()
+        return failed(run, f"{type(exc).__name__}: {exc}", world)
+
+
+def failed(run: RunFolder | None, message: str, world: World) -> int:
+    """Say what went wrong and what is still safe on one line; status.json says "failed" (``RunFolder.failed``).
+    A rank other than 0 owns no file: it prints its rank and message; torchrun stops the job, rank 0 records it."""
+    if run is None:
+        print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
+    else:
+        from course_utils.checkpoint import newest_step  # torch: loaded by the training this follows
+        run.failed(message, newest_step(run.files.checkpoints))
+    return ExitCode.FAILED

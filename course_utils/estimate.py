@@ -27,6 +27,7 @@ unit trap), and ``08b_flops_memory`` §0–4 (FLOPs, MFU, memory; the check of �
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -39,7 +40,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["Throughput", "measure_throughput", "training_hours", "Estimate", "estimate_training_time",
-           "StepFlops", "training_flops", "conv_linear_flops", "matmul_peak_flops", "mfu", "profile_once",
+           "StepFlops", "training_flops", "conv_linear_flops", "matmul_peak_flops", "mfu", "mfu_inputs", "profile_once",
            "MemoryBudget", "memory_budget", "saved_activation_bytes", "measured_memory"]
 
 
@@ -219,6 +220,23 @@ def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
     if achieved_flops_per_s < 0 or peak_flops_per_s <= 0:
         raise ValueError(f"FLOP/s 应为正数,实际是 {achieved_flops_per_s} / {peak_flops_per_s}")
     return achieved_flops_per_s / peak_flops_per_s
+
+
+def mfu_inputs(model: nn.Module, peak_flops: float, processes: int, device: torch.device,
+               image: tuple[int, ...] = (3, 32, 32)) -> tuple[float, float | None]:
+    """What a training loop needs for its mfu: (forward + backward FLOPs of one ``image``, the peak FLOP/s of all
+    ``processes`` together), the peak ``peak_flops`` per process if given, else this CPU's ``matmul_peak_flops``
+    (512³, best of 5: ~0.02 s on one core), else None (a GPU: no mfu without its datasheet's number).
+
+    The FLOPs are counted on a shape-only copy on the meta device: no compute, no RNG draw, no gradients on
+    ``model`` (counting on the model itself would run a step the run never asked for). Taught in 08b §2; the
+    peak over several sizes is 08b §2's too. Example: ``flops, peak = mfu_inputs(model, 0.0, 1, device)``.
+    """
+    with torch.device("meta"):
+        per_sample = training_flops(copy.deepcopy(model).to("meta"), torch.randn(2, *image)).total / 2
+    if peak_flops:
+        return per_sample, peak_flops * processes
+    return per_sample, matmul_peak_flops(size=512, repeats=5) * processes if device.type == "cpu" else None
 
 
 def profile_once(fn: Callable[[], object]) -> torch.profiler.profile:

@@ -16,11 +16,14 @@ Pitfalls handled:
   iterator (its workers, its queue threads) is released first (a hang at that point was seen once after
   a rollback: rank 1 waited forever; not seen since);
 - past the last epoch the data goes on into the next, so a run that skipped still trains its steps;
-- under torchrun each rank reads its share of every global batch of ``batch_size`` (``rank_share``).
+- under torchrun each rank reads its share of every global batch of ``batch_size`` (``rank_share``);
+- a batch size that cannot work (larger than the data, smaller than the ranks, cut into more micro-batches
+  than a rank has samples) is refused by ``check`` in one line, before the model is built.
 
 Example::
 
     batches = RunBatches(train_set, 128, seed=0, world=world, stop=stop, workers=2)
+    batches.check(accum_steps=4)                # Refused: --batch-size or --accum-steps cannot work
     batches.restart(step)                       # where a resumed run continues
     epoch, position, x, y = batches.next(step)  # the batch of step + 1
     state = {**batches.saved(), ...}            # {"epoch": ..., "batch_in_epoch": ...}
@@ -35,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from course_utils.data import batches_per_epoch, make_loader
 from course_utils.distributed import World
+from course_utils.runfolder import Refused
 
 __all__ = ["RunBatches"]
 
@@ -54,6 +58,18 @@ class RunBatches:
         self.position = 0  # the global position of the next batch the current loader yields
         self.loader: DataLoader | None = None  # this rank's loader of the current run of batches
         self._batches: Iterator | None = None  # its iterator; None: the next batch starts a new loader
+
+    def check(self, accum_steps: int = 1) -> None:
+        """Refuse (``Refused``, one line) a global batch the run cannot train: larger than the data set, smaller
+        than the number of ranks, or cut into ``accum_steps`` micro-batches when a rank has fewer samples."""
+        size, ranks = self.batch_size, self.world.size
+        if self.per_epoch == 0:
+            raise Refused(f"--batch-size {size} 大于训练集({len(self.dataset)} 张);请调小 --batch-size")
+        if size < ranks:
+            raise Refused(f"--batch-size {size} 是全局 batch,小于进程数 {ranks}:每个进程至少要分到 1 个样本")
+        if accum_steps > size // ranks:
+            raise Refused(f"--accum-steps {accum_steps} 大于每个进程每步的样本数 {size // ranks}"
+                          f"(--batch-size {size} 是全局 batch,{ranks} 个进程):每个微批次至少要有 1 个样本")
 
     def position_of(self, step: int) -> int:
         """The global position of the batch that the step after ``step`` trains."""

@@ -46,24 +46,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import signal
-import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from course_utils.cli import (Parser, Started, device_spec, entries, float_in, int_at_least, int_in, int_list,
-                              refuse, run_folder, start_run)
+from course_utils.cli import (PROBE_FLAGS, Parser, Started, add_probe_flags, device_spec, float_in, guarded,
+                              int_at_least, int_in, run_folder, start_run)
 from course_utils.distributed import World, leave
 from course_utils.estimate_ckpt import seconds_or_auto, tune_saves
-from course_utils.heartbeat import PHASES
 from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
 from course_utils.signals import StopSignal
 
-PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "inject_stall", "inject_stuck_worker",
-               "inject_straggler")  # hidden flags of tests and demos: course_tools.probes, imported only if one is given
 # On --resume, these fields may differ from the saved config: they do not change what the run computes
 # (device and --deterministic change only the last bits). CHANGEABLE ones re-time the lr schedule or rescale
 # the lr: only with --allow-change FIELD. Every other field is the run's identity.
@@ -122,14 +116,7 @@ def build_parser() -> Parser:
                    "the run as hung (exit code 124; default: 20x the median step within [60 s, 25 min]; at least 120 s "
                    "before a process's first step; 0: off; under 5: refused)")
     p.add_argument("--no-progress", action="store_true")
-    hidden = argparse.SUPPRESS  # PROBE_FLAGS: faults that tests and demos inject (course_tools.probes.Probes)
-    p.add_argument("--inject-nan-at-step", type=int_list(1), default=(), help=hidden)  # NaN outputs at these steps
-    p.add_argument("--inject-bad-batch", type=int_list(0), default=(), help=hidden)  # corrupted global batches
-    p.add_argument("--sample-ledger", action="store_true", help=hidden)  # the samples of each step
-    p.add_argument("--inject-stall", default=(), help=hidden,  # a rank freezes in a phase of a step
-                   type=entries(int, int, PHASES.index, int_at_least(1), expected="应为 RANK:STEP:PHASE:NTH,..."))
-    p.add_argument("--inject-stuck-worker", type=int_at_least(1), default=0, help=hidden)
-    p.add_argument("--inject-straggler", type=entries(int, float, expected="应为 RANK:SECONDS"), default=(), help=hidden)
+    add_probe_flags(p)  # hidden: faults that tests and demos inject (PROBE_FLAGS; course_tools.probes.Probes)
     return p
 
 
@@ -181,8 +168,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from course_utils.amp import autocast, autocast_dtype, make_grad_scaler  # noqa: E402
-from course_utils.checkpoint import (CheckpointManager, LoadedCheckpoint, newest_step,  # noqa: E402
-                                     restore_training_state, share_checkpoint, training_state)
+from course_utils.checkpoint import (CheckpointManager, LoadedCheckpoint, restore_training_state,  # noqa: E402
+                                     share_checkpoint, training_state)
 from course_utils.checkpoint_async import AsyncCheckpointManager  # noqa: E402
 from course_utils.clipping import ClipResult, clip_gradients  # noqa: E402
 from course_utils.data import UnreadableDataError, load_cifar10, make_loader, take_fraction  # noqa: E402
@@ -190,7 +177,7 @@ from course_utils.distributed import (RanksDisagree, any_rank, average, backend_
                                       gather, gather_rng_states, rank_device, same_on_all_ranks, seed_rank, setup,
                                       teardown)
 from course_utils.ema import EMA  # noqa: E402
-from course_utils.estimate import matmul_peak_flops, training_flops  # noqa: E402
+from course_utils.estimate import mfu_inputs  # noqa: E402
 from course_utils.evaluation import evaluate  # noqa: E402
 from course_utils.hang_guard import HangGuard, collective_timeout_s  # noqa: E402
 from course_utils.models import build_model  # noqa: E402
@@ -212,33 +199,14 @@ def hooks_for(args: argparse.Namespace, world: World, files: RunFiles) -> Simple
 
 def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, saved: dict | None, changes: dict,
          world: World) -> int:
-    """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode."""
+    """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode: a refusal
+    (exit 2), or a failure said on one line (``course_utils.cli.guarded``: data, ranks, disk, Ctrl-C, a crash)."""
     with run if run is not None else contextlib.nullcontext():
         if run is not None and run.moved_aside:
             print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         files = run.files if run is not None else RunFiles.read_only(args.out)  # ranks > 0 only read checkpoints
-        try:
-            return train(args, stop, run, saved, changes, world, hooks_for(args, world, files))
-        except Refused as exc:  # a flag that only torch or the data could judge; nothing was changed
-            return refuse(exc) if world.is_main else ExitCode.REFUSED
-        except (UnreadableDataError, RanksDisagree) as exc:
-            return failed(run, str(exc), world)
-        except OSError as exc:  # disk full, read-only folder, a file system gone
-            return failed(run, f"读写 {exc.filename or args.out} 失败({exc.strerror or exc})", world)
-        except KeyboardInterrupt:
-            return failed(run, "第二次 Ctrl-C: 立即停止,本次没有保存", world)
-        except Exception as exc:
-            traceback.print_exc()
-            return failed(run, f"{type(exc).__name__}: {exc}", world)
-
-
-def failed(run: RunFolder | None, message: str, world: World) -> int:
-    """Say what went wrong and what is still safe on one line; status.json says "failed" (``RunFolder.failed``)."""
-    if run is None:  # a rank other than 0: it owns no file; torchrun stops the job, rank 0 records it
-        print(f"rank {world.rank} 失败: {message}", file=sys.stderr)
-    else:
-        run.failed(message, newest_step(run.files.checkpoints))
-    return ExitCode.FAILED
+        return guarded(lambda: train(args, stop, run, saved, changes, world, hooks_for(args, world, files)),
+                       run, world, args.out, expected=(UnreadableDataError, RanksDisagree))
 
 
 @dataclass
@@ -326,13 +294,7 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, w
                         lr_factor=args.rollback_lr_factor, max_rollbacks=args.max_rollbacks, run=run)
     data = RunBatches(train_ds, args.batch_size, seed=args.seed, world=world, stop=stop, workers=args.workers,
                       pin_memory=device.type == "cuda", skips=rollback.skips if rollback.enabled else None)
-    if data.per_epoch == 0:
-        raise Refused(f"--batch-size {args.batch_size} 大于训练集({len(train_ds)} 张);请调小 --batch-size")
-    if args.batch_size < world.size:
-        raise Refused(f"--batch-size {args.batch_size} 是全局 batch,小于进程数 {world.size}:每个进程至少要分到 1 个样本")
-    if args.accum_steps > args.batch_size // world.size:
-        raise Refused(f"--accum-steps {args.accum_steps} 大于每个进程每步的样本数 {args.batch_size // world.size}"
-                      f"(--batch-size {args.batch_size} 是全局 batch,{world.size} 个进程):每个微批次至少要有 1 个样本")
+    data.check(args.accum_steps)  # Refused: a --batch-size or --accum-steps that cannot work, in one line
     # rank 0 evaluates on the whole test set; the other ranks wait for it at the next collective
     test_loader = make_loader(take_fraction(load_cifar10(False), args.data_fraction), 512, shuffle=False,
                               num_workers=args.workers) if main else None
@@ -395,8 +357,9 @@ def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
     scaler, EMA, its RNG state, every part, the lr (--lr times the rollbacks' factors), the data position; rank 0's
     monitor from that step (metrics.jsonl cut back to it). How many processes saved ``found`` (0: none)."""
     args, world = t.args, t.world
-    if world.is_main:  # the mfu's FLOPs and peak: measured once, kept through a rollback's new monitor
-        mfu = (t.monitor.flops_per_sample, t.monitor.peak_flops) if t.monitor is not None else flops_for_mfu(t)
+    if world.is_main:  # the mfu's FLOPs and peak (--peak-flops, else a CPU's): measured once, kept through a rollback
+        mfu = (t.monitor.flops_per_sample, t.monitor.peak_flops) if t.monitor is not None else \
+            mfu_inputs(t.model, args.peak_flops, world.size, t.device)
         t.monitor = Monitor(
             t.files, args.logger or ["jsonl"], flush_every=args.log_every, device=t.device, total_steps=t.total_steps,
             resume_step=found.state["step"] if found else None, config=t.run.config, progress=not args.no_progress,
@@ -427,17 +390,6 @@ def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_
         print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
               f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
     print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.data.per_epoch},epoch 内第 {t.step % t.data.per_epoch} 个 batch)")
-
-
-def flops_for_mfu(t: Training) -> tuple[float, float | None]:
-    """Forward + backward FLOPs of one 32×32 image, counted on a shape-only copy (no compute, no RNG, no grads),
-    and the peak of all processes together: --peak-flops, else a CPU matmul benchmark (None: no mfu)."""
-    with torch.device("meta"):
-        per_sample = training_flops(copy.deepcopy(t.model).to("meta"), torch.randn(2, 3, 32, 32)).total / 2
-    if t.args.peak_flops:
-        return per_sample, t.args.peak_flops * t.world.size
-    # 512³, best of 5: ~0.02 s on one core (08b §2 measures the peak over several sizes)
-    return per_sample, matmul_peak_flops(size=512, repeats=5) * t.world.size if t.device.type == "cpu" else None
 
 
 def loop(t: Training, hooks: SimpleNamespace) -> ExitCode:
