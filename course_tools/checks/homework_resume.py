@@ -1,13 +1,11 @@
 """Kill and resume a learner's training script: the machinery of upgrades 2 and 4 (``check_resume``, ``check_ema``).
 
 Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). :func:`interrupted_and_resumed`
-runs one command to the end (the reference) and twice more, each SIGKILLed right after an exact optimizer step and
-resumed with ``--resume``: mid-epoch, and after the first step of the second epoch with a checkpoint at the first
-epoch end (after its evaluation). The resumed runs must continue the killed runs' logs and the reference's losses
-exactly (one thread on the CPU: a correct resume is bit-identical). Every run goes through the resume doctor's
-probe (:mod:`course_utils.resume_doctor`): where a resume differs, the doctor names the first component that
-differs (fp16 weights, the step counter, the data order, the RNG state, the EMA ...) in its own words; a script
-without a torch optimizer has no records, and its failures fall back to what the losses say.
+kills one command twice at exact optimizer steps and resumes it; the resumed runs must continue the killed runs'
+logs and the reference's losses exactly (one thread on the CPU: a correct resume is bit-identical). Every run goes
+through the resume doctor's probe (:mod:`course_utils.resume_doctor`): where a resume differs, the doctor names the
+first component that differs (fp16 weights, the step counter, the data order, the RNG state, the EMA ...) in its
+own words; a script without a torch optimizer has no records, and its failures fall back to what the losses say.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Reading what a learner's homework script wrote: untrusted files, size caps, the training records.
 
-Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). The script is
-untrusted, so its files are too: a symlink (the file or its folder) or anything but a regular file is
-refused, and so is a file over its cap (``METRICS_CAP``, ``CONFIG_CAP``), read through ``O_NOFOLLOW``.
-Each refusal is a ``CheckFailed`` with the usual expected / found / hint.
-
-Example::
+Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`): the script is untrusted, so
+are its files; each refusal (:func:`read_untrusted_bytes`) is a ``CheckFailed`` with the usual expected / found /
+hint. Example::
 
     records = read_train_records(run_folder)      # {step: record}, evaluation records left out
 """
