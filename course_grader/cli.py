@@ -90,8 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m course_grader", description=package.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submissions", nargs="+", type=Path, help="notebooks, learner folders, or class folders")
-    p.add_argument("--report", type=Path, default=None, help="CSV to write (also .checks.csv, .files.csv, "
-                   ".pass_rate.csv and a _feedback/ folder next to it)")
+    p.add_argument("--report", type=Path, default=None, help="CSV to write; the other files go next to it (above)")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
     d = Options()
     p.add_argument("--cell-timeout", type=float, default=d.cell_timeout,
@@ -108,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", type=_size_arg, default=d.limits.memory,
                    help=f"address-space limit per process (default {d.limits.memory / GiB:g}G)")
     p.add_argument("--no-sandbox", action="store_true", help="run learner code WITHOUT the bubblewrap sandbox")
-    p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review instead of stubbing them")
+    p.add_argument("--run-flagged", action="store_true", help="run exercises flagged for review (once reviewed) instead of stubbing them")
     p.add_argument("--require-commits", action="store_true",
                    help="homework: a history that fails the commit-discipline verdict scores 0 (default: reported only)")
     p.add_argument("--no-homework", action="store_true", help="grade the notebooks only, not the homework scripts")

@@ -10,13 +10,11 @@ Security: no git command runs in the learner's folder. A git folder is copied in
 ``HEAD``, ``packed-refs``, ``shallow``, ``refs/``, ``objects/`` without alternates; 256 MiB, 20 000 files), a bundle
 copied and verified, so the learner's config, hooks, alternates and a symlinked or ``gitdir:`` ``.git`` are never
 read; the head is fetched (fsck on) into a FRESH bare repository, the only one read. Every git call gets a clean
-environment, :data:`_SAFE_CONFIG`, the ``file`` protocol only and a timeout. :meth:`History.export` reads blobs
-with ``cat-file`` (no filters).
+environment, :data:`_SAFE_CONFIG`, the ``file`` protocol only and a timeout; blobs are read with ``cat-file``.
 
 Example::
 
     history = open_history(Path("submissions/alice"), Path(tmp))   # None: a plain folder
-    history.export(history.commits[0], Path(tmp) / "c1")
 """
 from __future__ import annotations
 

@@ -58,7 +58,6 @@ class Guide:
     hints: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def hint(self, notebook: str, check: str) -> str:
-        """Tier 1 of the check's hints, or '' when it has none."""
         return self.hints.get((notebook, check), "")
 
     @staticmethod
@@ -83,7 +82,6 @@ def check_guide(released: dict[str, nbformat.NotebookNode]) -> Guide:
     for upgrade in UPGRADES:
         guide.hints[HOMEWORK, upgrade_label(upgrade)] = HINTS[upgrade.check.__name__][0]
     return guide
-
 
 
 @dataclass(frozen=True)

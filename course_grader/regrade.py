@@ -44,7 +44,6 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--regrade OLD.csv``."""
     parser.add_argument("--regrade", type=Path, default=None, metavar="OLD.csv",
                         help="re-run only the rows whose stamp (check versions, Python, torch, submission) differs "
                              "from OLD.csv's; writes <report>.diff.csv (needs --report)")

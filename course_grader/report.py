@@ -92,12 +92,10 @@ def step_columns(kind: str) -> tuple[str, ...]:
 
 
 def row_columns() -> tuple[str, ...]:
-    """The columns of ``grades.csv``: :data:`COLUMNS`, then the step modules' own."""
     return COLUMNS + step_columns("ROW_COLUMNS")
 
 
 def check_columns() -> tuple[str, ...]:
-    """The columns of ``grades.checks.csv``: :data:`CHECK_COLUMNS`, then the step modules' own."""
     return CHECK_COLUMNS + step_columns("CHECK_COLUMNS")
 
 

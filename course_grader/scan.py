@@ -24,7 +24,6 @@ __all__ = ["Flag", "scan", "transform", "step"]
 
 
 def _named(what: str, *names: str) -> dict[str, str]:
-    """name -> the reason ``what(name)``, for each of ``names``."""
     return {name: f"{what}({name})" for name in names}
 
 
@@ -175,14 +174,12 @@ class _Scanner(ast.NodeVisitor):
                 return _literal_str(node.args[0])
         return None
 
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self._assign_target(node.target)
-        self.generic_visit(node)
-
-    def visit_Delete(self, node: ast.Delete) -> None:
-        for target in node.targets:
+    def visit_Delete(self, node: ast.Delete | ast.AugAssign) -> None:
+        for target in getattr(node, "targets", None) or [node.target]:
             self._assign_target(target)
         self.generic_visit(node)
+
+    visit_AugAssign = visit_Delete
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func

@@ -207,7 +207,6 @@ def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[st
 
 
 def ranked(rows: list[SimilarityRow]) -> list[SimilarityRow]:
-    """``rows`` highest score first (then by learner, other and script)."""
     return sorted(rows, key=lambda r: (-r.score, r.learner, r.other, r.script))
 
 

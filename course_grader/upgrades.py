@@ -138,7 +138,7 @@ class _Runner:
 
     def first_pass(self, upgrade: Upgrade, candidates: list[Commit]) -> Commit | None:
         """The first of ``candidates`` (oldest first) at which the check passes, passing being monotone: the
-        commits before the first that :meth:`started` the upgrade fail unrun; that one is tried, then a binary search."""
+        commits before the first that :meth:`started` the upgrade fail unrun; that one is tried, then bisection."""
         if not candidates or not self.at(upgrade, candidates[-1]):
             return None
         lo = next((k for k, c in enumerate(candidates[:-1]) if self.started(upgrade, c)), len(candidates) - 1)

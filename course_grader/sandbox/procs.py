@@ -118,7 +118,6 @@ class SandboxPopen(subprocess.Popen):
                 self.sandbox.look(int(json.loads(text)["child-pid"]))
 
     def cpu_seconds(self) -> float:
-        """CPU seconds used by this run's sandbox so far."""
         return self.sandbox.cpu_seconds()
 
     def wait(self, timeout: float | None = None) -> int:
