@@ -84,12 +84,10 @@ def _is_bundle(entry: os.DirEntry) -> bool:
 
 def _match(name: str, references: list[Path]) -> tuple[Path | None, int, str]:
     """(reference, rank, reason): rank 0 exact, 1 case, 2 number, 3 topic; None with a reason otherwise."""
-    for ref in references:
-        if name == ref.name:
-            return ref, 0, ""
-    for ref in references:
-        if name.casefold() == ref.name.casefold():
-            return ref, 1, ""
+    for rank, key in enumerate((str, str.casefold)):     # exact, then ignoring case
+        for ref in references:
+            if key(name) == key(ref.name):
+                return ref, rank, ""
     stem = name[: -len(".ipynb")].casefold()
     number = reference_number(stem)
     by_topic = [r for r in references if _topic(r) and _topic(r) in stem]

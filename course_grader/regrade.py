@@ -133,18 +133,14 @@ def _submission(sub: Submission) -> str:
 
 def step(sub: Submission) -> None:
     """Stamp the row; with ``--regrade``, keep OLD's row when its stamp is the same (nothing runs)."""
-    if sub.setup is not None:
-        versions = _homework_versions(sub.setup.reference)
-    else:
-        reference = sub.item.reference
-        versions = _notebook_versions(reference, reference.stat().st_mtime)
+    reference = sub.item.reference
+    versions = (_homework_versions(sub.setup.reference) if sub.setup is not None
+                else _notebook_versions(reference, reference.stat().st_mtime))
     sub.grade.extra.update(_environment(), submission=_submission(sub))
-    for label, version in versions.items():
-        sub.check_extra[label] = {"version": version}
+    sub.check_extra.update({label: {"version": version} for label, version in versions.items()})
     old = (sub.settings.get("regrade") or {}).get(sub.grade.key)
-    if old is None or any(old.extra.get(k, "") != sub.grade.extra[k] for k in _COMPARED):
-        return
-    if {c.check: c.extra.get("version", "") for c in old.checks} != versions:
+    if (old is None or any(old.extra.get(k, "") != sub.grade.extra[k] for k in _COMPARED)
+            or {c.check: c.extra.get("version", "") for c in old.checks} != versions):
         return
     grade = sub.grade
     grade.passed, grade.total, grade.notes, grade.review = old.passed, old.total, old.notes, old.review
