@@ -33,8 +33,8 @@ Example::
     assert not unchecked_options(p)
 
 Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it): its flags' types
-and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``), its hidden fault flags (``add_probe_flags``) and
-the one line that says how a run failed (``guarded``, ``failed``).
+and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``), its hidden fault flags (``add_probe_flags``), what a
+--resume changes (``resume_notes``) and the one line that says how a run failed (``guarded``, ``failed``).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ from course_utils.signals import StopSignal
 
 __all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "entries", "run_folder",
            "device_spec", "unchecked_options", "PROBE_FLAGS", "add_probe_flags", "refuse", "Started", "start_run",
-           "guarded", "failed"]
+           "resume_notes", "guarded", "failed"]
 
 
 USAGE_ERROR = 2  # argparse's exit status for a bad command line
@@ -275,6 +275,25 @@ def start_run(args: argparse.Namespace, *, free: Iterable[str], changeable: Iter
     except Refused as exc:
         sys.exit(refuse(exc))
     return Started(args, stop, run, saved, changes, world)
+
+
+def resume_notes(changes: dict[str, tuple[Any, Any]], saved_device: str | None, device: object, saved_world: int,
+                 world_size: int, batch_size: int) -> list[str]:
+    """What differs between a checkpoint and the run that resumes from it, one line each (rank 0 prints them).
+
+    The allowed changes (``start_run``'s, recorded in config.json's history), another device, another number of
+    processes (the global batch and the sample order stay). The pitfall: such a resume goes on correctly but not
+    bit for bit, and a learner who compares two curves must be told. Example: ``resume_notes({}, "cpu", "cpu", 1,
+    2, 128)`` is one line that says 1 process saved it, 2 resume it.
+    """
+    notes = ["已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items())]
+    notes = notes if changes else []
+    if saved_device not in (None, str(device)):
+        notes.append(f"注意: 检查点在 {saved_device} 上保存,现在在 {device} 上续训;数值不再逐位一致")
+    if saved_world != world_size:
+        notes.append(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {world_size} 个: 全局 batch 仍是 "
+                     f"{batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
+    return notes
 
 
 def guarded(train: Callable[[], int], run: RunFolder | None, world: World, out: str | os.PathLike,

@@ -52,7 +52,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from course_utils.cli import (PROBE_FLAGS, Parser, Started, add_probe_flags, device_spec, float_in, guarded,
-                              int_at_least, int_in, run_folder, start_run)
+                              int_at_least, int_in, resume_notes, run_folder, start_run)
 from course_utils.distributed import World, leave
 from course_utils.estimate_ckpt import seconds_or_auto, tune_saves
 from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
@@ -148,8 +148,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--hang-timeout {args.hang_timeout:g} 太短:至少 5 秒(心跳约每秒写一次),或 0 关闭")
     if args.max_bad_steps > args.bad_step_window:
         p.error(f"--max-bad-steps {args.max_bad_steps} 大于 --bad-step-window {args.bad_step_window},永远不会触发")
-    defaults = p.parse_args([])
-    given = [f"--{k.replace('_', '-')}" for k in ROLLBACK_FLAGS if getattr(args, k) != getattr(defaults, k)]
+    given = [f"--{k.replace('_', '-')}" for k in ROLLBACK_FLAGS if getattr(args, k) != p.get_default(k)]
     if given and args.on_spike != "rollback":
         p.error(f"{', '.join(given)} 只在 --on-spike rollback 时有意义")
     return args
@@ -340,8 +339,12 @@ def resume(t: Training, saved: dict | None, changes: dict) -> None:
         t.run.config = t.run.record_changes(identity, changes, found.state["step"] if found else 0) if identity \
             else dump_run_config(t.files, vars(args), t.device, repo=Path(__file__).resolve().parent)
     saved_world = continue_from(t, found)  # how many processes wrote the checkpoint
-    if main and found:
-        tell_resume(t, found.path, changes, saved_world, found.state["config"].get("device"))
+    if main and found:  # what differs since the checkpoint (changes, device, processes), then where the run goes on
+        for note in resume_notes(changes, found.state["config"].get("device"), t.device, saved_world, world.size,
+                                 args.batch_size):
+            print(note)
+        print(f"从 {found.path.name} 续训: step {t.step}(epoch {t.step // t.data.per_epoch},"
+              f"epoch 内第 {t.step % t.data.per_epoch} 个 batch)")
     # DDP after the load: it copies rank 0's weights to every rank and averages the gradients in backward
     t.ddp_model = DistributedDataParallel(t.model, device_ids=[t.device.index] if t.device.type == "cuda" else None) \
         if world.launched else t.model
@@ -378,18 +381,6 @@ def continue_from(t: Training, found: LoadedCheckpoint | None) -> int:
     if world.is_main:
         t.rollback.attach(t.monitor)  # a rollback's records go to this monitor
     return saved_world
-
-
-def tell_resume(t: Training, path: Path, changes: dict, saved_world: int, saved_device: str | None) -> None:
-    """Rank 0: what changed since the checkpoint was saved, and where the run continues."""
-    if changes:
-        print("已记录到 config.json 的 history: " + ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items()))
-    if saved_device not in (None, str(t.device)):
-        print(f"注意: 检查点在 {saved_device} 上保存,现在在 {t.device} 上续训;数值不再逐位一致")
-    if saved_world != t.world.size:
-        print(f"注意: 检查点由 {saved_world} 个进程保存,现在是 {t.world.size} 个: 全局 batch 仍是 "
-              f"{t.args.batch_size},样本顺序不变;求和顺序变了,数值不再逐位一致")
-    print(f"从 {path.name} 续训: step {t.step}(epoch {t.step // t.data.per_epoch},epoch 内第 {t.step % t.data.per_epoch} 个 batch)")
 
 
 def loop(t: Training, hooks: SimpleNamespace) -> ExitCode:
