@@ -237,9 +237,7 @@ def pass_rates(grades: list[Grade]) -> list[tuple[str, str, int, int]]:
     """(notebook, check, passed, graded) per check, over the notebooks that were submitted and run."""
     counts: dict[tuple[str, str], list[int]] = {}
     for g in grades:
-        for c in g.checks:
-            if not counted(c):
-                continue
+        for c in filter(counted, g.checks):
             acc = counts.setdefault((g.key[1], c.check), [0, 0])
             acc[0] += c.passed
             acc[1] += 1
@@ -283,12 +281,9 @@ def table(grades: list[Grade]) -> str:
     rows += [(g.key[0], g.key[1], str(g.passed), str(g.total), percent(g.passed, g.total)) for g in grades]
     rows += [(name, "(all)", str(p), str(t), percent(p, t)) for name, (p, t) in learner_scores(grades).items()]
     out = [_align(rows)]
-    notes = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.notes), 600)}" for g in grades if g.notes]
-    review = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(g.review), 600)}" for g in grades if g.review]
-    if notes:
-        out += ["", "notes:"] + notes
-    if review:
-        out += ["", "需人工检查 (needs manual review):"] + review
+    for title, lines in (("notes:", lambda g: g.notes), ("需人工检查 (needs manual review):", lambda g: g.review)):
+        listed = [f"- {g.key[0]} / {g.key[1]}: {safe_field('; '.join(lines(g)), 600)}" for g in grades if lines(g)]
+        out += ["", title, *listed] if listed else []
     return "\n".join(out)
 
 

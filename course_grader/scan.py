@@ -185,19 +185,17 @@ class _Scanner(ast.NodeVisitor):
         func = node.func
         name = func.id if isinstance(func, ast.Name) else None
         if name in _DYNAMIC:
-            first = node.args[0] if node.args else None
+            literal = _literal_str(node.args[0]) if node.args else None
             if name in ("exec", "eval", "compile"):
-                code = _literal_str(first) if first is not None else None
-                if code is None:
+                if literal is None:
                     self.flag(node, f"{name}() 执行非字面量代码")
                 else:
-                    self._nested(code, node)
+                    self._nested(literal, node)
             elif name == "__import__":
-                module = _literal_str(first) if first is not None else None
-                if module is None:
+                if literal is None:
                     self.flag(node, "__import__() 的模块名不是字面量")
                 else:
-                    self._check_module(module, node)
+                    self._check_module(literal, node)
             else:  # getattr / setattr / delattr / hasattr
                 attr = _literal_str(node.args[1]) if len(node.args) > 1 else None
                 if attr is None:
