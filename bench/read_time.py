@@ -8,8 +8,9 @@ against after, same method), not a measurement of people.
 What it counts (Python's ``tokenize`` and ``ast``, the file alone):
 - code lines: lines holding a token that is neither a comment, a docstring nor layout; prose lines: the other
   non-blank lines (comment-only and docstring lines);
-- code tokens: tokens that are not comments, docstrings or layout (a string literal is one token, an f-string
-  its parts); prose words: whitespace-separated words of comments and docstrings;
+- code tokens: tokens that are not comments, docstrings or layout; a string literal is one token, an f-string
+  too (Python 3.12's tokenize splits it into parts: they are joined back, so every version counts alike);
+  prose words: whitespace-separated words of comments and docstrings;
 - look-ups: the names a reader must look up in another file of the project: every name imported from the
   project's packages, plus every distinct (project class, attribute) read on an object the file types as one
   (an annotation, an assignment from the class or one of its classmethods, an alias, a field of the file's own
@@ -54,6 +55,7 @@ import io
 import json
 import tokenize
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "solutions" / "homework" / "train_cifar_pro.py"
@@ -65,6 +67,7 @@ REFERENCE = {"lines": 336, "code_lines": 232, "prose_lines": 77, "code_tokens": 
              "lookups": 7}
 PROSE_LINE_WEIGHT, WORDS_PER_MINUTE, LOOKUP_MINUTES = 0.5, 200.0, 0.25
 LAYOUT = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
+FSTRING_START, FSTRING_END = getattr(tokenize, "FSTRING_START", -1), getattr(tokenize, "FSTRING_END", -1)  # 3.12+
 
 
 def docstring_lines(tree: ast.AST) -> set[int]:
@@ -79,19 +82,33 @@ def docstring_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
+def tokens(source: str) -> Iterator[tuple[int, str, int, int]]:
+    """(type, string, first line, last line) of every token, an f-string as one STRING token on every version."""
+    depth, first = 0, 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == FSTRING_START:
+            depth, first = depth + 1, first if depth else tok.start[0]
+        elif tok.type == FSTRING_END:
+            depth -= 1
+            if not depth:
+                yield tokenize.STRING, "f-string", first, tok.end[0]
+        elif not depth:
+            yield tok.type, tok.string, tok.start[0], tok.end[0]
+
+
 def text_counts(source: str) -> dict[str, int]:
     """Lines, code lines, prose lines, code tokens and prose words of ``source`` (see the module docstring)."""
     docs = docstring_lines(ast.parse(source))
     code_lines: set[int] = set()
     code_tokens = prose_words = 0
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            prose_words += len(tok.string.lstrip("#").split())
-        elif tok.type == tokenize.STRING and tok.start[0] in docs:
-            prose_words += len(tok.string.strip("\"'rbuRBU").split())
-        elif tok.type not in LAYOUT:
+    for kind, string, first, last in tokens(source):
+        if kind == tokenize.COMMENT:
+            prose_words += len(string.lstrip("#").split())
+        elif kind == tokenize.STRING and first in docs:
+            prose_words += len(string.strip("\"'rbuRBU").split())
+        elif kind not in LAYOUT:
             code_tokens += 1
-            code_lines.update(range(tok.start[0], tok.end[0] + 1))
+            code_lines.update(range(first, last + 1))
     lines = source.splitlines()
     prose_lines = sum(1 for i, line in enumerate(lines, 1) if line.strip() and i not in code_lines)
     return {"lines": len(lines), "code_lines": len(code_lines), "prose_lines": prose_lines,

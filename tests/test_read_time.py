@@ -39,6 +39,12 @@ def test_counts_on_a_known_file(read_time, tmp_path):
     assert m["_names"] == ["Box", "helper"] and m["_pairs"] == [("Box", "size")]
 
 
+def test_an_f_string_is_one_token_on_every_python(read_time):
+    """Python 3.12's tokenize splits an f-string into parts (FSTRING_START...): counted as one, as 3.10-3.11 do."""
+    counts = read_time.text_counts('x = f"a{b + c:>{w}}d"\ny = (f"one"\n     f"two {x}")\n')
+    assert counts["code_tokens"] == 3 + 6 and counts["code_lines"] == 3
+
+
 def test_the_reference_reads_in_the_calibrated_time_on_both_bases(read_time):
     ref = read_time.REFERENCE
     assert read_time.line_minutes(ref) == pytest.approx(read_time.REFERENCE_MINUTES)
