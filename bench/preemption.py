@@ -1,27 +1,27 @@
 """Proof by preemption: the checkpoint interval of ``course_utils.estimate_ckpt``, against real kills.
 
 A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 16, COURSE_FAST data at 0.96: 4,800 images,
-batch 8, one epoch of 600 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially
-distributed times (mean ``--mtbf``: by default 0.8 x the pre-phase's work W in whole seconds, at least 8 s; seeded), then
-starts it again with ``--resume`` at once, until a run exits 0. The kill times are the simulator's own clock (seconds
-since the job's first start, drawn before it starts): the same times for every interval of a seed, never a race
-with a log. ``--jobs`` (2: the machine's cores) jobs run side by side.
+batch 4, one epoch of 1,200 steps, one torch thread, fresh interpreters) and preempts it: SIGKILL at exponentially
+distributed times (mean ``--mtbf``: by default 0.6 x the pre-phase's work W in whole seconds, at least 6 s; seeded),
+then starts it again with ``--resume`` at once, until a run exits 0. The kill times are the simulator's own clock
+(seconds since the job's first start, drawn before it starts): the same times for every interval of a seed, never a
+race with a log. ``--jobs`` (2: the machine's cores) jobs run side by side.
 
 The ``--ckpt-every-steps`` grid spans both ways to lose: geometric from 1 step (a save after every step: the saves'
-own cost C dominates) to the whole epoch (600: no save before the end, so a preemption loses everything and the job
-needs a kill-free window of R + W: lost work and restarts dominate), divisors of 600 so that every segment is whole
-(1, 5, 24, 120, 600 for ``--intervals 5``). The grid does not depend on a measurement; Young's τ* = √(2·C·M) falls
-inside it, near 24 steps. The never-saving end is clearly slower when M is short of R + W (hence 0.8 W); the
-every-step end when its 600 saves (600·C) outweigh the spread that a kill or two of R adds, which needs C of about
-20 ms or more (the forecast says, for the run's own C and seeds).
+own cost C dominates) to the whole epoch (1,200: no save before the end, so a preemption loses everything and the
+job needs a kill-free window of R + W: lost work and restarts dominate), divisors of 1,200 so that every segment is
+whole (1, 6, 40, 200, 1200 for ``--intervals 5``). The grid does not depend on a measurement; Young's τ* = √(2·C·M)
+falls inside it, near 30-40 steps. Batch 4 makes a step about as cheap as a save, so that saving after every step
+roughly doubles the work, and M = 0.6 W makes a kill-free window of R + W rare: both ends are then clearly slower
+than τ*, and criterion (b) can fail on either side (the forecast says so, or not, for the run's own inputs).
 
 1. A short pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``: reported, and 08 §7 prints them), then
-   one uninterrupted run per mode and stream (no saves, a save every 2 steps synchronous and ``--async-ckpt``):
+   one uninterrupted run per mode and stream (no saves, a save after every step synchronous and ``--async-ckpt``):
    a first W, C and R0, and M. Before any job runs the bench prints the model's forecast from these: the expectation
    E[T] of every interval, the replay of each seed's kill times (``replay_wall_time``: the model's sample path for
    those very times), and the near-best range those replays give, with τ* and the grid's ends inside it or not.
 2. The model's inputs are then measured in the same conditions as the preempted jobs, interleaved with them: each
-   seed's plan holds two uninterrupted runs (no saves; a synchronous save every 2 steps) beside its preempted
+   seed's plan holds two uninterrupted runs (no saves; a synchronous save after every step) beside its preempted
    jobs, in the same queue. Every process's time to its first step is taken where it runs (the simulator watches the
    run's sample ledger grow; it never schedules anything from it): R0 is the first processes' median (uninterrupted
    runs and jobs), R the restarted processes' median less one step, W the uninterrupted runs' wall time less their
@@ -44,7 +44,7 @@ after every kill, with at least 20 kills. The plot (``bench/results/preemption.p
 the measured medians with their interquartile range. ``--hogs 2`` runs two busy loops beside the whole bench
 (``preemption_hogs.json``).
 
-    python bench/preemption.py                  # 5 intervals x 5 seeds, ~11 minutes on 2 quiet cores (C 11-36 ms)
+    python bench/preemption.py                  # 5 intervals x 5 seeds, about 10 minutes on 2 quiet cores
     python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
@@ -74,13 +74,13 @@ from course_utils.estimate_ckpt import (expected_segment_time, expected_wall_tim
 from course_utils.monitor import read_metrics  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
-EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 600, 1, 8, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 8
+EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 1200, 1, 4, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 4
 STEPS = EPOCH_STEPS * EPOCHS
 ARGS = ["--model", "tiny", "--width", str(WIDTH), "--batch-size", str(BATCH), "--data-fraction", str(FRACTION),
         "--epochs", str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds",
         "0", "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
 DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
-SAVE_EVERY = 2  # the runs that measure C save every 2 steps: 299 extra saves, seconds above the load's noise
+SAVE_EVERY = 1  # the runs that measure C save after every step, the grid's densest rate: 1,199 extra saves
 EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
 MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
          "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
@@ -301,7 +301,7 @@ def forecast(args: argparse.Namespace, pre: dict, log) -> tuple[float, list[int]
     if pre["C_sync"] <= 0 or work <= 0:
         raise SystemExit(f"pre-phase: saves measured no slower than no saves (C {pre['C_sync']:.4f} s) or no work left "
                          f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to forecast")
-    mtbf = args.mtbf or max(8.0, round(0.8 * work))  # a kill-free window of R + W is rare: never saving costs
+    mtbf = args.mtbf or max(6.0, round(0.6 * work))  # a kill-free window of R + W is rare: never saving costs
     inputs = {"M": mtbf, "W": work, "step_s": work / STEPS, "C_sync": pre["C_sync"], "R": pre["restart_tax"]["R"],
               "R0": pre["R0"]}
     inputs["tau_steps"] = young_interval(inputs["C_sync"], mtbf) / inputs["step_s"]
@@ -361,7 +361,7 @@ def judge(args: argparse.Namespace, info: dict, raw: dict, told: dict, jobs: lis
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
-                   help="M: mean seconds between preemptions (0: 0.8 x the pre-phase's work W, at least 8 s: a "
+                   help="M: mean seconds between preemptions (0: 0.6 x the pre-phase's work W, at least 6 s: a "
                         "kill-free window of R + W is then rare, so that never saving mid-epoch costs restarts)")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--intervals", type=int, default=5, help="grid points from 1 step to the whole epoch")
