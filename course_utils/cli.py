@@ -10,7 +10,8 @@ Chinese line and exit code 2, argparse's convention for a usage error::
     train_cifar_pro.py: 参数错误: --lr 'nan': 应为 > 0 的有限数
 
 This module imports only the standard library (and the course's stdlib-only ``runfolder``,
-``distributed`` and ``signals``), so ``parse_args`` can run before torch. So can ``start_run``:
+``distributed``, ``signals`` and ``heartbeat``; ``failed`` alone reads ``checkpoint``, after the training has
+loaded torch), so ``parse_args`` can run before torch. So can ``start_run``:
 everything else that may refuse a run of a run-folder script (``--out``, ``--resume``,
 ``--overwrite``, ``--allow-change``): torchrun's environment, the folder's lock, and on ``--resume``
 the run's identity (``runfolder.config_changes``). A refusal is one line too (``refuse``), exit 2.
