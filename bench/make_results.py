@@ -228,7 +228,7 @@ VERDICTS: dict[str, Callable[[dict], list[str]]] = {
     "overhead": overhead, "checkpoint_cost": checkpoint_cost, "amp_cpu": amp, "suite_time": suite_time,
     "grading": grading, "ddp": ddp, "peers": peers, "threads": threads, "rollback": rollback,
     "grading_class": grading_class, "accumulation": accumulation, "forkserver_choice": forkserver_choice,
-    "resume_doctor": resume_doctor, "preemption": preemption,
+    "resume_doctor": resume_doctor, "preemption": preemption, "preemption_hogs": preemption,
 }
 
 

@@ -11,9 +11,10 @@ The ``--ckpt-every-steps`` grid spans both ways to lose: geometric from 1 step (
 own cost C dominates) to the whole epoch (1,200: no save before the end, so a preemption loses everything and the
 job needs a kill-free window of R + W: lost work and restarts dominate), divisors of 1,200 so that every segment is
 whole (1, 6, 40, 200, 1200 for ``--intervals 5``). The grid does not depend on a measurement; Young's τ* = √(2·C·M)
-falls inside it, near 30-40 steps. Batch 4 makes a step about as cheap as a save, so that saving after every step
-roughly doubles the work, and M = 0.6 W makes a kill-free window of R + W rare: both ends are then clearly slower
-than τ*, and criterion (b) can fail on either side (the forecast says so, or not, for the run's own inputs).
+falls inside it, near 30-50 steps. Batch 4 puts a step and a save in the same order of magnitude, so that saving
+after every step costs about as much time again as the work, and M = 0.6 W makes a kill-free window of R + W rare:
+both ends are then clearly slower than τ*, and criterion (b) can fail on either side (the forecast says so, or not,
+for the run's own inputs).
 
 1. A short pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``: reported, and 08 §7 prints them), then
    one uninterrupted run per mode and stream (no saves, a save after every step synchronous and ``--async-ckpt``):
