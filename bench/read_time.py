@@ -41,7 +41,10 @@ Limits, read them before quoting a number:
 - Counts, not comprehension: the order of the functions, names, nesting and control flow are not measured.
   Moving code into a component lowers both bases whether or not the reader needed to see it; keeping every
   knob visible is a reviewer's judgement, not this bench's.
-- The typing of objects is static and partial: an attribute of an object it cannot type is not counted.
+- The typing of objects is static and partial, so it errs both ways: an attribute of an object it cannot type
+  is not counted; a name is typed once for the whole file (a name reused for another type is mistyped), any
+  ``Cls.x(...)`` call counts as making a ``Cls``, attribute writes count as look-ups like reads, and classes of
+  the same name in different modules are merged.
 
     python bench/read_time.py                                 # the professional script, both bases
     python bench/read_time.py solutions/homework/train_cifar.py --show-lookups
