@@ -225,8 +225,11 @@ def mfu(achieved_flops_per_s: float, peak_flops_per_s: float) -> float:
 def mfu_inputs(model: nn.Module, peak_flops: float, processes: int, device: torch.device,
                image: tuple[int, ...] = (3, 32, 32)) -> tuple[float, float | None]:
     """What a training loop needs for its mfu: (forward + backward FLOPs of one ``image``, the peak FLOP/s of all
-    ``processes`` together), the peak ``peak_flops`` per process if given, else this CPU's ``matmul_peak_flops``
-    (512³, best of 5: ~0.02 s on one core), else None (a GPU: no mfu without its datasheet's number).
+    ``processes`` together), the peak ``peak_flops`` per process if given, else this CPU's: one thread's
+    ``matmul_peak_flops`` (512³, best of 5: ~0.02 s) times the process's threads, else None (a GPU: no mfu without
+    its datasheet's number). Pitfall: a matmul timed on several threads of a busy machine waits for whichever
+    thread is descheduled: beside 2 CPU hogs on a 2-core AMD EPYC, 2 threads measured 17 GFLOP/s once against
+    146 quietly, and a run's mfu came out above 1; one thread times 69-149 there (155 quietly, x 2).
 
     The FLOPs are counted on a shape-only copy on the meta device: no compute, no RNG draw, no gradients on
     ``model`` (counting on the model itself would run a step the run never asked for). Taught in 08b §2; the
@@ -236,7 +239,14 @@ def mfu_inputs(model: nn.Module, peak_flops: float, processes: int, device: torc
         per_sample = training_flops(copy.deepcopy(model).to("meta"), torch.randn(2, *image)).total / 2
     if peak_flops:
         return per_sample, peak_flops * processes
-    return per_sample, matmul_peak_flops(size=512, repeats=5) * processes if device.type == "cpu" else None
+    if device.type != "cpu":
+        return per_sample, None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return per_sample, matmul_peak_flops(size=512, repeats=5) * threads * processes
+    finally:
+        torch.set_num_threads(threads)
 
 
 def profile_once(fn: Callable[[], object]) -> torch.profiler.profile:
