@@ -34,8 +34,9 @@ Example::
     assert not unchecked_options(p)
 
 Reference machinery of ``solutions/homework/train_cifar_pro.py`` (no notebook calls it): its flags' types
-and ranges, checked before torch is imported, and the refusals of a run (``start_run``, ``refuse``), its hidden fault flags (``add_probe_flags``), what a
---resume changes (``resume_notes``) and the one line that says how a run failed (``guarded``, ``failed``).
+and ranges, checked before torch is imported, alone and in combination (``check_combinations``), and the refusals
+of a run (``start_run``, ``refuse``), its hidden fault flags (``add_probe_flags``), what a --resume changes
+(``resume_notes``) and the one line that says how a run failed (``guarded``, ``failed``).
 """
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ from course_utils.runfolder import ExitCode, Refused, RunFolder, config_changes,
 from course_utils.signals import StopSignal
 
 __all__ = ["USAGE_ERROR", "Parser", "usage_error", "int_at_least", "int_in", "float_in", "int_list", "entries", "run_folder",
-           "device_spec", "unchecked_options", "PROBE_FLAGS", "add_probe_flags", "refuse", "Started", "start_run",
-           "resume_notes", "guarded", "failed"]
+           "device_spec", "unchecked_options", "check_combinations", "PROBE_FLAGS", "add_probe_flags", "refuse", "Started",
+           "start_run", "resume_notes", "guarded", "failed"]
 
 
 USAGE_ERROR = 2  # argparse's exit status for a bad command line
@@ -210,6 +211,30 @@ def unchecked_options(parser: argparse.ArgumentParser) -> list[str]:
     return unchecked
 
 
+def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace, *,
+                       rollback_only: Iterable[str]) -> argparse.Namespace:
+    """``args``, once the combinations of ``train_cifar_pro.py``'s flags that no single validator sees are checked.
+
+    Refused through ``p.error`` (one line, exit 2): --allow-change without --resume; --ckpt-every-seconds auto
+    without --mtbf, or the reverse; a --hang-timeout under 5 s (0 is off); a --max-bad-steps larger than its
+    --bad-step-window; a ``rollback_only`` flag off its default without --on-spike rollback. The pitfall: each
+    value is valid alone, so the run would start and ignore the flag (or never raise the alarm) hours later.
+    Example: ``check_combinations(p, p.parse_args(["--mtbf", "600"]), rollback_only=())`` exits with status 2.
+    """
+    if args.allow_change and not args.resume:
+        p.error("--allow-change 只在 --resume 时有意义")
+    if (args.ckpt_every_seconds == "auto") != (args.mtbf is not None):
+        p.error("--ckpt-every-seconds auto 和 --mtbf 秒数 要一起给(Young 间隔需要平均多久被抢占一次)")
+    if args.hang_timeout is not None and 0 < args.hang_timeout < 5:
+        p.error(f"--hang-timeout {args.hang_timeout:g} 太短:至少 5 秒(心跳约每秒写一次),或 0 关闭")
+    if args.max_bad_steps > args.bad_step_window:
+        p.error(f"--max-bad-steps {args.max_bad_steps} 大于 --bad-step-window {args.bad_step_window},永远不会触发")
+    given = [f"--{k.replace('_', '-')}" for k in rollback_only if getattr(args, k) != p.get_default(k)]
+    if given and args.on_spike != "rollback":
+        p.error(f"{', '.join(given)} 只在 --on-spike rollback 时有意义")
+    return args
+
+
 PROBE_FLAGS = ("inject_nan_at_step", "inject_bad_batch", "sample_ledger", "inject_stall", "inject_stuck_worker",
                "inject_straggler")
 """The hidden flags of ``add_probe_flags``: a script imports its fault hooks (``course_tools.probes``) only when one
@@ -254,7 +279,8 @@ def start_run(args: argparse.Namespace, *, free: Iterable[str], changeable: Iter
               defaults: dict[str, Any]) -> Started:
     """All that can refuse a run, in milliseconds and before torch: torchrun's environment, the lock of
     ``args.out``, and on ``--resume`` the run's identity (``free``/``changeable``/``defaults``: see
-    ``runfolder.config_changes``). Exits with status 2 and one line when the run cannot start as asked.
+    ``runfolder.config_changes``). Exits with status 2 and one line when the run cannot start as asked. With
+    ``--overwrite``, says where the old run went (renamed, not deleted).
 
     Under torchrun only rank 0 claims the folder (the others get None); its refusal stops the job.
     """
@@ -269,6 +295,8 @@ def start_run(args: argparse.Namespace, *, free: Iterable[str], changeable: Iter
         return Started(args, stop, None, None, {}, world)
     try:
         run = RunFolder.claim(args.out, resume=args.resume, overwrite=args.overwrite)
+        if run.moved_aside:
+            print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         saved = run.saved_config() if args.resume and holds_run(args.out) else None
         changes = {} if saved is None else config_changes(
             saved["hparams"], vars(args), free=free, changeable=changeable, allowed=args.allow_change or (),

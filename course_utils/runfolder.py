@@ -227,12 +227,16 @@ class RunFolder:
         folder._write_holder()
         return folder
 
-    def remove_leftovers(self) -> list[Path]:
+    def remove_leftovers(self, *also: Any) -> list[Path]:
         """Delete the hidden ``.<name>.tmp-<pid>`` files (``durable.TEMP_FILE``) a killed process left in the
-        folder (we hold the lock, so no other writer is at work)."""
+        folder, then what the ``remove_leftovers`` of each of ``also`` deletes (a ``CheckpointManager``'s: a killed
+        save's temp files and orphan checksums); we hold the lock, so no other writer is at work. Says how many."""
         removed = [p for p in self.path.iterdir() if TEMP_FILE.match(p.name) and p.is_file()]
         for path in removed:
             path.unlink(missing_ok=True)
+        removed += [path for other in also for path in other.remove_leftovers()]
+        if removed:
+            print(f"清理了上次中断留下的 {len(removed)} 个临时文件/孤立校验和")
         return removed
 
     def _write_holder(self) -> None:

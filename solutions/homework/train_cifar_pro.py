@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from course_utils.cli import (PROBE_FLAGS, Parser, Started, add_probe_flags, device_spec, float_in, guarded,
-                              int_at_least, int_in, resume_notes, run_folder, start_run)
+from course_utils.cli import (PROBE_FLAGS, Parser, Started, add_probe_flags, check_combinations, device_spec, float_in,
+                              guarded, int_at_least, int_in, resume_notes, run_folder, start_run)
 from course_utils.distributed import World, leave
 from course_utils.estimate_ckpt import seconds_or_auto, tune_saves
 from course_utils.runfolder import ExitCode, Refused, RunFiles, RunFolder, config_changes
@@ -138,20 +138,9 @@ def add_spike_flags(p: Parser) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, each checked alone, then together (``course_utils.cli.check_combinations``: one line, exit 2)."""
     p = build_parser()
-    args = p.parse_args(argv)
-    if args.allow_change and not args.resume:
-        p.error("--allow-change 只在 --resume 时有意义")
-    if (args.ckpt_every_seconds == "auto") != (args.mtbf is not None):
-        p.error("--ckpt-every-seconds auto 和 --mtbf 秒数 要一起给(Young 间隔需要平均多久被抢占一次)")
-    if args.hang_timeout is not None and 0 < args.hang_timeout < 5:
-        p.error(f"--hang-timeout {args.hang_timeout:g} 太短:至少 5 秒(心跳约每秒写一次),或 0 关闭")
-    if args.max_bad_steps > args.bad_step_window:
-        p.error(f"--max-bad-steps {args.max_bad_steps} 大于 --bad-step-window {args.bad_step_window},永远不会触发")
-    given = [f"--{k.replace('_', '-')}" for k in ROLLBACK_FLAGS if getattr(args, k) != p.get_default(k)]
-    if given and args.on_spike != "rollback":
-        p.error(f"{', '.join(given)} 只在 --on-spike rollback 时有意义")
-    return args
+    return check_combinations(p, p.parse_args(argv), rollback_only=ROLLBACK_FLAGS)
 
 
 def start(argv: list[str] | None = None) -> Started:
@@ -201,8 +190,6 @@ def main(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, save
     """Train in the claimed folder; every way out leaves status.json (rank 0) and returns its ExitCode: a refusal
     (exit 2), or a failure said on one line (``course_utils.cli.guarded``: data, ranks, disk, Ctrl-C, a crash)."""
     with run if run is not None else contextlib.nullcontext():
-        if run is not None and run.moved_aside:
-            print(f"--overwrite: 原来的运行已改名为 {run.moved_aside}(没有删除)")
         files = run.files if run is not None else RunFiles.read_only(args.out)  # ranks > 0 only read checkpoints
         return guarded(lambda: train(args, stop, run, saved, changes, world, hooks_for(args, world, files)),
                        run, world, args.out, expected=(UnreadableDataError, RanksDisagree))
@@ -312,9 +299,7 @@ def prepare(args: argparse.Namespace, stop: StopSignal, run: RunFolder | None, w
             every_seconds=0 if args.mtbf else args.ckpt_every_seconds, keep_last_good=True)
         if args.mtbf:  # --ckpt-every-seconds auto: Young's interval from the saves measured (course_utils.estimate_ckpt)
             tune_saves(manager, args.mtbf)
-        leftovers = run.remove_leftovers() + manager.remove_leftovers()  # we hold the lock: nobody else writes here
-        if leftovers:
-            print(f"清理了上次中断留下的 {len(leftovers)} 个临时文件/孤立校验和")
+        run.remove_leftovers(manager)  # we hold the lock: nobody else writes here
     t = Training(args, world, stop, run, device, data, test_loader, model, optimizer, amp_dtype,
                  make_grad_scaler(device, amp_dtype), ema, manager, rollback)
     t.scheduler = make_scheduler(optimizer, args.warmup_steps, t.total_steps)
