@@ -64,3 +64,19 @@ def test_the_forecast_expects_both_ends_of_the_grid_outside_the_near_best_range(
     assert "near-best range" in said[0] and all(f"{k} steps" in said[0] for k in intervals)
     expected = told["expected_s"]
     assert expected[1] > expected[40] < expected[1200]
+
+
+def test_noise_alone_makes_one_epoch_a_lottery_and_two_epochs_not(bench):
+    """bench/preemption_noise.py, the reason for two epochs: the 08:37 UTC quiet run's inputs (AMD EPYC: W 7.43 s for
+    one epoch, R 3.13 s, R0 3.10 s, C 8.3 ms, their measured spread). At M = 6 s a seed's kill sits on the edge of its
+    job's end, so the model misses itself by over 15% in many draws; with twice the work (M by the bench's rule) never.
+    """
+    noise = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
+        "bench_preemption_noise", BENCH / "preemption_noise.py"))
+    spec.loader.exec_module(noise)
+    inputs = {"W": 7.43, "R": 3.13, "R0": 3.10, "C_sync": 0.0083, "step_s": 0.0062}
+    sd = {"W": 0.18, "R": 0.057, "R0": 0.057}
+    assert noise.miss_rate(inputs, {k: 0.0 for k in sd}, 6.0, 5, 20) == 0.0  # no noise: the model meets itself
+    assert noise.miss_rate(inputs, sd, 6.0, 5, 60) > 0.3
+    two = {**inputs, "W": 2 * inputs["W"]}
+    assert noise.miss_rate(two, {**sd, "W": sd["W"] * 2 ** 0.5}, max(6.0, round(0.6 * two["W"])), 5, 60) == 0.0
