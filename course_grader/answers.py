@@ -24,7 +24,7 @@ from course_grader.kernel import clean_text
 from course_grader.report import CheckOutcome
 
 if TYPE_CHECKING:
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["OUTSIDE", "LiteralError", "OutsideCheck", "outside_check", "literal_return", "score_outside", "step"]
 

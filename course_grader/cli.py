@@ -137,14 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume,
                            only=only)
-    except UnknownLearner as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except SandboxUnavailable as exc:
-        print(f"无法启动沙箱: {exc}", file=sys.stderr)
-        return 2
-    except AuthoringError as exc:
-        print(f"参考 notebook 有编写错误: {exc}", file=sys.stderr)
+    except (UnknownLearner, SandboxUnavailable, AuthoringError) as exc:
+        why = {SandboxUnavailable: "无法启动沙箱: ", AuthoringError: "参考 notebook 有编写错误: "}.get(type(exc), "")
+        print(f"{why}{exc}", file=sys.stderr)
         return 2
     print(table(grades))
     print(f"\n{pass_rate_table(grades)}")

@@ -194,10 +194,6 @@ class _Collector:
         extra: list[Finding] = []
         forms: list[tuple[str, Path, str]] = []
         budget = [_MAX_ENTRIES]
-        if is_clone(folder):
-            self.clone(folder, key, shown_root, files, extra, forms)
-            self.learner(key, shown_root, files, extra, forms)
-            return
 
         def walk(d: Path, depth: int) -> None:
             try:
@@ -235,7 +231,10 @@ class _Collector:
                 else:
                     extra.append(Finding(shown, key, "reported", "不是 notebook,未批改"))
 
-        walk(folder, 0)
+        if is_clone(folder):
+            self.clone(folder, key, shown_root, files, extra, forms)
+        else:
+            walk(folder, 0)
         self.learner(key, shown_root, files, extra, forms)
 
     def root(self, folder: Path, prefix: str, shown_root: str) -> None:
@@ -324,12 +323,11 @@ def collect(paths: list[Path], references: list[Path], graded: set[str] | None =
     with check cells (default: all); ``homework``: the homework's row name (None: not graded)."""
     references = sorted(references)
     collector = _Collector(references, {r.name for r in references} if graded is None else set(graded), homework)
-    unique: list[Path] = []
+    first: dict[str, Path] = {}
     for p in paths:
-        if os.path.abspath(p) not in {os.path.abspath(u) for u in unique}:
-            unique.append(Path(p))
-    labels = _labels(unique)
-    for path, label in zip(unique, labels):
+        first.setdefault(os.path.abspath(p), Path(p))   # each root once, as first given
+    unique = list(first.values())
+    for path, label in zip(unique, _labels(unique)):
         if path.is_symlink():
             collector.report(label, label, "符号链接,已拒绝(不跟随链接)", "refused")
         elif path.is_file() and path.name.casefold().endswith(".bundle"):

@@ -126,22 +126,6 @@ def _copy_tree(src: Path, dst: Path, budget: list[int], skip: frozenset[str] = f
                 (dst / entry.name).write_bytes(data)
 
 
-def _copy_git_dir(git_dir: Path, dst: Path) -> None:
-    """The parts of a git folder that hold history, copied (regular files only) over a fresh ``git init --bare``."""
-    budget = [_MAX_COPY_BYTES, _MAX_COPY_FILES]
-    for name in ("HEAD", "packed-refs", "shallow"):
-        data = _read_regular(git_dir / name, budget)
-        if data is not None:
-            (dst / name).write_bytes(data)
-    _copy_tree(git_dir / "refs", dst / "refs", budget)
-    # alternates and http-alternates (in objects/info/) point at other repositories' objects
-    _copy_tree(git_dir / "objects", dst / "objects", budget, frozenset({"alternates", "http-alternates"}))
-
-
-def _is_git_dir(path: Path) -> bool:
-    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
-
-
 def _log(home: Path, repo: Path, rev: str) -> list[Commit]:
     """The first-parent line of ``rev``, newest first."""
     out = _git(home, repo, "log", "--first-parent", "--no-show-signature", "-z", "--format=%H%x1f%s",
@@ -156,14 +140,9 @@ def _log(home: Path, repo: Path, rev: str) -> list[Commit]:
 
 def _batch_check(home: Path, repo: Path | None, queries: list[str], cwd_course: Path | None = None) -> list[str]:
     """``git cat-file --batch-check`` answers (``<sha> <type> <size>`` or ``<query> missing``), one per query."""
-    if not queries:
-        return []
-    stdin = "".join(q + "\n" for q in queries).encode()
-    if cwd_course is None:
-        out = _git(home, repo, "cat-file", "--batch-check", what="读取提交", stdin=stdin)
-    else:   # the course's own, trusted repository
-        out = _git(home, None, "-C", str(cwd_course), "cat-file", "--batch-check", what="读取课程仓库", stdin=stdin)
-    return out.decode("utf-8", "replace").splitlines()
+    where = (repo,) if cwd_course is None else (None, "-C", str(cwd_course))   # the course's own, trusted repository
+    return _git(home, *where, "cat-file", "--batch-check", what="读取提交" if cwd_course is None else "读取课程仓库",
+                stdin="".join(q + "\n" for q in queries).encode()).decode("utf-8", "replace").splitlines()
 
 
 def _is_published(home: Path, course: Path, sha: str, branch: str) -> bool:
@@ -285,15 +264,11 @@ class History:
 
 def _bundle_head(refs: list[tuple[str, str]], home: Path, repo: Path) -> str:
     names = [name for _, name in refs]
-    for preferred in ("HEAD", f"refs/heads/{_BRANCH}", f"refs/tags/{_BRANCH}"):
-        if preferred in names:
-            return preferred
-    if len(names) == 1:
-        return names[0]
-    dates = {}
-    for sha, name in refs:
-        out = _git(home, repo, "log", "-1", "--format=%ct", sha, what="读取 bundle 的提交")
-        dates[name] = int(out.strip() or 0)
+    preferred = [p for p in ("HEAD", f"refs/heads/{_BRANCH}", f"refs/tags/{_BRANCH}") if p in names]
+    if preferred or len(names) == 1:
+        return (preferred or names)[0]
+    dates = {name: int(_git(home, repo, "log", "-1", "--format=%ct", sha, what="读取 bundle 的提交").strip() or 0)
+             for sha, name in refs}
     return max(names, key=lambda n: (dates[n], n))
 
 
@@ -327,7 +302,14 @@ def _fetch_git_dir(git_dir: Path, home: Path, repo: Path) -> None:
     copy = home / "copy"
     _git(home, None, "init", "-q", "--bare", str(copy), what="建立空仓库")
     (copy / "HEAD").unlink()
-    _copy_git_dir(git_dir, copy)
+    budget = [_MAX_COPY_BYTES, _MAX_COPY_FILES]   # the parts that hold history, regular files only
+    for name in ("HEAD", "packed-refs", "shallow"):
+        data = _read_regular(git_dir / name, budget)
+        if data is not None:
+            (copy / name).write_bytes(data)
+    _copy_tree(git_dir / "refs", copy / "refs", budget)
+    # alternates and http-alternates (in objects/info/) point at other repositories' objects
+    _copy_tree(git_dir / "objects", copy / "objects", budget, frozenset({"alternates", "http-alternates"}))
     if not (copy / "HEAD").is_file():
         raise HistoryError(".git 里没有 HEAD")
     _git(home, repo, "fetch", "-q", "--no-tags", "--update-shallow", str(copy), f"+HEAD:{_HEAD_REF}",
@@ -349,7 +331,7 @@ def open_history(path: Path, scratch: Path, course: Path | None = ROOT, baseline
             raise HistoryError(".git 是指向别处的文件 (gitdir: ...), 不读取; 请交整个克隆或 bundle")
         if dot_git.is_dir():
             git_dir, source = dot_git, "clone"
-        elif _is_git_dir(path):
+        elif (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir():
             git_dir, source = path, "git"
         else:
             return None

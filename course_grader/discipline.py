@@ -18,7 +18,7 @@ from course_grader.commits import Commit, History, HistoryError
 from course_tools.checks.nb10_homework import UPGRADES
 
 if TYPE_CHECKING:
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
     from course_grader.upgrades import _Runner
 
 __all__ = ["Discipline", "NO_HISTORY", "judge_discipline", "step"]

@@ -113,10 +113,8 @@ def layout(book: Gradebook, fmt: str) -> list[list[str | float]]:
     suffix = " (%)" if fmt == "xlsx" else ""
     header: list[str | float] = [*_IDENTITY[fmt], *(safe_field(a + suffix, 200) for a in book.assignments),
                                  _TOTAL[fmt]]
-    table = [header]
-    for entry, scores, total in book.rows:
-        table.append([*_identity(entry, fmt), *(scores.get(a, "") for a in book.assignments), total])
-    return table
+    return [header, *([*_identity(entry, fmt), *(scores.get(a, "") for a in book.assignments), total]
+                      for entry, scores, total in book.rows)]
 
 
 def write_export(book: Gradebook, fmt: str, out: Path) -> Path:

@@ -23,7 +23,7 @@ from course_grader.sandbox import MiB
 
 if TYPE_CHECKING:
     from course_grader.homework import HomeworkSetup
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["HAND_IN", "copy_scripts", "digest", "texts", "pin", "open_handed_in", "unreadable", "step",
            "read_scripts"]

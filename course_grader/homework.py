@@ -10,6 +10,7 @@ Example::
 """
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -22,8 +23,7 @@ from course_grader.hand_in import texts
 from course_grader.report import CheckOutcome, Grade
 from course_grader.sandbox import GiB, MiB, Limits
 from course_grader.similarity import PRO_REFERENCE, REFERENCE
-from course_grader.steps import HOMEWORK_STEPS, run_steps_sync
-from course_grader.submission import Submission
+from course_grader.steps import HOMEWORK_STEPS, Submission, run_steps
 from course_grader.upgrades import upgrade_label
 from course_tools.checks.nb10_homework import TRAIN, UPGRADES
 
@@ -73,15 +73,10 @@ class HomeworkSetup:
         return texts(self.baseline) if self.baseline.is_dir() else {}
 
 
-def _unrun(grade: Grade, reason: str) -> None:
-    grade.checks = [CheckOutcome(upgrade_label(u), False, reason) for u in UPGRADES]
-
-
 def failed_grade(item: Item, reason: str) -> Grade:
     """The homework row of a learner whose grading hit a grader bug: every upgrade failed, the total kept."""
-    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=[reason])
-    _unrun(grade, reason)
-    return grade
+    return Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=[reason],
+                 checks=[CheckOutcome(upgrade_label(u), False, reason) for u in UPGRADES])
 
 
 def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: Path,
@@ -93,7 +88,7 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
     if not sandbox:
         grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
     if item.path is None:
-        _unrun(grade, "未提交作业")
+        sub.unrun([upgrade_label(u) for u in UPGRADES], "未提交作业")
         return sub
     scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
     try:
@@ -110,4 +105,4 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
 def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, sub: Submission) -> None:
     """The homework's steps, in ``scratch`` (``item``, ``setup`` and ``sandbox`` are ``sub``'s)."""
     sub.scratch = scratch
-    run_steps_sync(HOMEWORK_STEPS, sub)
+    asyncio.run(run_steps(HOMEWORK_STEPS, sub))   # plain functions, in this (worker) thread's own event loop

@@ -33,7 +33,7 @@ from course_grader.sandbox import GiB, KernelBox
 if TYPE_CHECKING:
     from course_grader.pipeline import Options
     from course_grader.plan import Plan
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["FINISHED", "DEADLINES", "Budget", "CellResult", "RunResult", "clean_text", "run_cells", "step"]
 

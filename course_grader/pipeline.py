@@ -29,8 +29,7 @@ from course_grader.kernel import clean_text
 from course_grader.plan import cell_source, check_labels, references
 from course_grader.report import CheckOutcome, Grade, Report, safe_field
 from course_grader.sandbox import Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
-from course_grader.steps import NOTEBOOK_STEPS, hooks, run_steps
-from course_grader.submission import Submission
+from course_grader.steps import NOTEBOOK_STEPS, Submission, hooks, run_steps
 
 if TYPE_CHECKING:
     import nbformat
@@ -179,9 +178,8 @@ def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict
     return similar_pairs(rows, {**references, **learners}, baseline)
 
 
-async def _grade_items(items: list[Item], released: dict, options: Options, out: Report | None,
-                       verbose: bool, setup: HomeworkSetup | None = None,
-                       scripts: dict[str, dict[str, str]] | None = None) -> list[Grade]:
+async def _grade_items(items: list[Item], released: dict, options: Options, out: Report | None, verbose: bool,
+                       setup: HomeworkSetup | None, scripts: dict[str, dict[str, str]]) -> list[Grade]:
     from tqdm.auto import tqdm
 
     private = private_dir()
@@ -196,17 +194,15 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
                 if setup and item.reference.name == HOMEWORK:
                     result = await asyncio.to_thread(grade_homework, item, setup, sandbox=options.sandbox,
                                                      private=private, settings=options.steps)
-                    grade = result.grade
-                    if scripts is not None:
-                        scripts[item.learner] = result.scripts
+                    grade, scripts[item.learner] = result.grade, result.scripts
                 else:
                     grade = await grade_item(item, released[item.reference.name], options, private)
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
                 reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
-                if item.reference.name in released:
-                    ref_checks = [c for c in released[item.reference.name].cells if tagged(c, CHECK)]
-                    grade = Grade(item.learner, item.reference.name, total=len(ref_checks), notes=[reason],
-                                  checks=[CheckOutcome(str(c.get("id")), False, "评分出错") for c in ref_checks])
+                if item.reference.name in released:     # every check failed, the total kept
+                    labels = check_labels(released[item.reference.name])
+                    grade = Grade(item.learner, item.reference.name, total=len(labels), notes=[reason],
+                                  checks=[CheckOutcome(label, False, "评分出错") for label in labels])
                 else:
                     grade = failed_grade(item, reason)
             grades.append(grade)

@@ -27,7 +27,7 @@ from course_grader.scan import Flag, scan
 from course_tools.release import learner_notebook
 
 if TYPE_CHECKING:
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["UnreadableNotebook", "cell_source", "references", "read_notebook", "merge_exercises", "Plan",
            "make_plan", "check_labels", "check_function", "step"]
@@ -75,10 +75,7 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         raise UnreadableNotebook(f"文件过大({size / 2 ** 20:.0f} MiB)")
     data = path.read_bytes()
     try:
-        if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            text = data.decode("utf-16")
-        else:
-            text = data.decode("utf-8-sig")
+        text = data.decode("utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UnreadableNotebook(f"不是 UTF-8 文本: {exc.reason}") from None
     try:
@@ -100,14 +97,9 @@ def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.Notebo
     graded = copy.deepcopy(released)
     ref_ex = [c for c in graded.cells if tagged(c, EXERCISE)]
     sub_code = [c for c in submission.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
-    used: set[int] = set()
-    slots: list = [None] * len(ref_ex)
     by_id = {c["id"]: c for c in sub_code if isinstance(c.get("id"), str)}
-    for k, cell in enumerate(ref_ex):
-        hit = by_id.get(cell.get("id"))
-        if hit is not None:
-            slots[k] = hit
-            used.add(id(hit))
+    slots: list = [by_id.get(c.get("id")) for c in ref_ex]
+    used = {id(hit) for hit in slots if hit is not None}
     by_name = by_order = 0
     for k, cell in enumerate(ref_ex):  # then a cell defining the same function (untagged, v3, copied)
         names = _defined(cell_source(cell))

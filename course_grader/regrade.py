@@ -31,7 +31,7 @@ from course_grader.upgrades import upgrade_label
 from course_tools.checks.nb10_homework import UPGRADES
 
 if TYPE_CHECKING:
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["ROW_COLUMNS", "CHECK_COLUMNS", "DIFF_COLUMNS", "add_arguments", "read_arguments", "read_old", "step",
            "diff_rows", "finish"]

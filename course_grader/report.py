@@ -23,8 +23,8 @@ from course_grader.collect import Finding
 from course_grader.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "row_columns",
-           "check_columns", "step_columns", "write_rows", "Report", "load_report", "merge_reports", "by_learner",
-           "learner_scores", "percent", "counted", "pass_rates", "pass_rate_table", "feedback_names",
+           "step_columns", "write_rows", "read_rows", "Report", "load_report", "merge_reports",
+           "by_learner", "learner_scores", "percent", "counted", "pass_rates", "pass_rate_table", "feedback_names",
            "feedback_markdown", "table"]
 
 COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
@@ -95,10 +95,6 @@ def row_columns() -> tuple[str, ...]:
     return COLUMNS + step_columns("ROW_COLUMNS")
 
 
-def check_columns() -> tuple[str, ...]:
-    return CHECK_COLUMNS + step_columns("CHECK_COLUMNS")
-
-
 def _extra(values: dict[str, str], kind: str) -> dict[str, str]:
     return {c: safe_field(values.get(c, ""), 400) for c in step_columns(kind)}
 
@@ -122,7 +118,8 @@ def write_rows(path: Path, columns: tuple[str, ...], rows) -> None:
     _start(path, columns, rows)[0].close()
 
 
-def _read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+def read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows (dicts) of the CSV ``path`` that have every one of ``columns`` ([] when there is no file)."""
     if not path.exists():
         return []
     with open(path, newline="", encoding="utf-8") as f:
@@ -133,12 +130,12 @@ def _read_rows(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
 def load_report(path: Path) -> list[Grade]:
     """The grades of a report written by :class:`Report` (its check rows attached)."""
     grades = {}
-    for r in _read_rows(path, COLUMNS):
+    for r in read_rows(path, COLUMNS):
         grades[r["learner"], r["notebook"]] = Grade(
             r["learner"], r["notebook"], int(r["passed"]), int(r["total"]),
             [n for n in r["notes"].split(" | ") if n], [n for n in r["review"].split(" | ") if n],
             commits=r["commits"], extra={c: r[c] for c in step_columns("ROW_COLUMNS") if r.get(c)})
-    for r in _read_rows(_sibling(path, ".checks.csv"), CHECK_COLUMNS):
+    for r in read_rows(_sibling(path, ".checks.csv"), CHECK_COLUMNS):
         grade = grades.get((r["learner"], r["notebook"]))
         if grade is not None:
             grade.checks.append(CheckOutcome(r["check"], r["passed"] == "1", r["message"],
@@ -152,15 +149,12 @@ class Report:
 
     def __init__(self, path: Path, resume: bool = False, drop: frozenset[str] = frozenset()) -> None:
         self.path = Path(path)
-        self.checks_path = _sibling(self.path, ".checks.csv")
-        self.files_path = _sibling(self.path, ".files.csv")
-        self.pass_rate_path = _sibling(self.path, ".pass_rate.csv")
-        self.feedback_dir = self.path.with_name(self.path.stem + "_feedback")
         self.grades: list[Grade] = [g for g in load_report(self.path) if g.key[0] not in drop] if resume else []
         self.done = {g.key for g in self.grades}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._grades_file = _start(self.path, row_columns(), [g.row() for g in self.grades])
-        self._checks_file = _start(self.checks_path, check_columns(), [r for g in self.grades for r in g.check_rows()])
+        self._checks_file = _start(_sibling(self.path, ".checks.csv"), CHECK_COLUMNS + step_columns("CHECK_COLUMNS"),
+                                   [r for g in self.grades for r in g.check_rows()])
 
     def add(self, grade: Grade) -> None:
         """Append one finished notebook (check rows first, so a row in grades.csv is always complete)."""
@@ -171,25 +165,22 @@ class Report:
         self.done.add(grade.key)
 
     def write_files(self, findings: list[Finding]) -> None:
-        write_rows(self.files_path, FILE_COLUMNS, ({"path": safe_field(x.path), "learner": safe_field(x.learner),
-                                                    "status": x.status, "reason": safe_field(x.reason)}
-                                                   for x in findings))
+        write_rows(_sibling(self.path, ".files.csv"), FILE_COLUMNS,
+                   ({"path": safe_field(x.path), "learner": safe_field(x.learner), "status": x.status,
+                     "reason": safe_field(x.reason)} for x in findings))
 
     def finish(self, grades: list[Grade]) -> None:
         """Close the row files; write the pass rates and one feedback file per learner."""
         for f, _ in (self._grades_file, self._checks_file):
             f.close()
-        _write_derived(grades, self.pass_rate_path, self.feedback_dir)
-
-
-def _write_derived(grades: list[Grade], pass_rate_path: Path, feedback_dir: Path) -> None:
-    write_rows(pass_rate_path, ("notebook", "check", "passed", "graded", "rate"),
-               ({"notebook": nb, "check": check, "passed": p, "graded": n, "rate": f"{p / n:.3f}" if n else ""}
-                for nb, check, p, n in pass_rates(grades)))
-    feedback_dir.mkdir(parents=True, exist_ok=True)
-    rows = by_learner(grades)
-    for learner, base in feedback_names(list(rows)).items():
-        (feedback_dir / f"{base}.md").write_text(feedback_markdown(learner, rows[learner]), encoding="utf-8")
+        write_rows(_sibling(self.path, ".pass_rate.csv"), ("notebook", "check", "passed", "graded", "rate"),
+                   ({"notebook": nb, "check": check, "passed": p, "graded": n, "rate": f"{p / n:.3f}" if n else ""}
+                    for nb, check, p, n in pass_rates(grades)))
+        folder = _sibling(self.path, "_feedback")
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = by_learner(grades)
+        for learner, base in feedback_names(list(rows)).items():
+            (folder / f"{base}.md").write_text(feedback_markdown(learner, rows[learner]), encoding="utf-8")
 
 
 def by_learner(grades: list[Grade]) -> dict[str, list[Grade]]:
@@ -299,10 +290,7 @@ def merge_reports(inputs: list[Path], output: Path) -> list[Grade]:
     report = Report(output)
     for g in merged:
         report.add(g)
-    files: list[Finding] = []
-    for path in inputs:
-        files += [Finding(r["path"], r["learner"], r["status"], r["reason"])
-                  for r in _read_rows(_sibling(path, ".files.csv"), FILE_COLUMNS)]
-    report.write_files(files)
+    report.write_files([Finding(r["path"], r["learner"], r["status"], r["reason"]) for path in inputs
+                        for r in read_rows(_sibling(path, ".files.csv"), FILE_COLUMNS)])
     report.finish(merged)
     return merged

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["Flag", "scan", "transform", "step"]
 
@@ -105,12 +105,10 @@ class _Scanner(ast.NodeVisitor):
         return None
 
     def _check_module(self, name: str, node: ast.AST) -> None:
-        root = name.split(".")[0]
-        if root in _MODULES:
-            self.flag(node, _MODULES[root])
-        parts = name.split(".")
-        if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in _MODULE_ATTRS:
-            self.flag(node, _MODULE_ATTRS[f"{parts[0]}.{parts[1]}"])
+        parts = name.split(".")   # the root module, then "module.attribute" (every key of that table has a dot)
+        for key, table in ((parts[0], _MODULES), (".".join(parts[:2]), _MODULE_ATTRS)):
+            if key in table:
+                self.flag(node, table[key])
 
     def _check_attr(self, module: str | None, attr: str, node: ast.AST) -> None:
         if attr in _ATTRS:

@@ -176,33 +176,23 @@ def _row(learner: str, other: str, script: str, a: Fingerprint, b: Fingerprint) 
     return SimilarityRow(learner, other, script, round(score, 3), shared, len(a.prints), len(b.prints), note)
 
 
-def _overall(prints: dict[str, Fingerprint]) -> Fingerprint:
-    return Fingerprint(frozenset().union(*(p.prints for p in prints.values())),
-                       any(p.degraded for p in prints.values()))
-
-
 def pair_rows(learners: dict[str, dict[str, str]], references: dict[str, dict[str, str]],
               baseline: dict[str, str]) -> list[SimilarityRow]:
     """Every pair of learners, and each learner against each reference, per script and :data:`OVERALL`.
     ``learners``: learner -> file -> source; ``references``: name -> the LEARNER's file name -> source compared with
     it; ``baseline``: file -> the released script. A script one side lacks counts in the overall row only."""
-    prints = {name: {script: fingerprint(source, baseline.get(script, "")) for script, source in scripts.items()}
-              for name, scripts in learners.items()}
-    overall = {name: _overall(scripts) for name, scripts in prints.items()}
+    def both(sources: dict[str, str]) -> tuple[dict[str, Fingerprint], Fingerprint]:   # per script, overall
+        p = {script: fingerprint(source, baseline.get(script, "")) for script, source in sources.items()}
+        return p, Fingerprint(frozenset().union(*(f.prints for f in p.values())), any(f.degraded for f in p.values()))
+
+    prints = {name: both(scripts) for name, scripts in learners.items()}
+    pairs = [(a, b, prints[a], prints[b]) for a, b in itertools.combinations(sorted(prints), 2)]
+    refs = [(other, both(sources)) for other, sources in references.items() if sources]
+    pairs += [(name, other, prints[name], ref) for other, ref in refs for name in sorted(prints)]
     rows: list[SimilarityRow] = []
-    for first, second in itertools.combinations(sorted(prints), 2):
-        for script in sorted(prints[first].keys() & prints[second].keys()):
-            rows.append(_row(first, second, script, prints[first][script], prints[second][script]))
-        rows.append(_row(first, second, OVERALL, overall[first], overall[second]))
-    for other, sources in references.items():
-        reference = {script: fingerprint(source, baseline.get(script, "")) for script, source in sources.items()}
-        if not reference:
-            continue
-        reference_overall = _overall(reference)
-        for name in sorted(prints):
-            for script in sorted(prints[name].keys() & reference.keys()):
-                rows.append(_row(name, other, script, prints[name][script], reference[script]))
-            rows.append(_row(name, other, OVERALL, overall[name], reference_overall))
+    for first, second, (a, a_all), (b, b_all) in pairs:
+        rows += [_row(first, second, script, a[script], b[script]) for script in sorted(a.keys() & b.keys())]
+        rows.append(_row(first, second, OVERALL, a_all, b_all))
     return rows
 
 

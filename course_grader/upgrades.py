@@ -11,6 +11,7 @@ Example::
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import io
 import shutil
@@ -32,7 +33,7 @@ from course_tools.checks.nb10_homework import TRAIN, UPGRADES, Upgrade, check_co
 
 if TYPE_CHECKING:
     from course_grader.homework import HomeworkSetup
-    from course_grader.submission import Submission
+    from course_grader.steps import Submission
 
 __all__ = ["HELP_TIMEOUT", "upgrade_label", "quiet_checks", "step"]
 
@@ -144,14 +145,9 @@ class _Runner:
         lo = next((k for k, c in enumerate(candidates[:-1]) if self.started(upgrade, c)), len(candidates) - 1)
         if lo == len(candidates) - 1 or self.at(upgrade, candidates[lo]):
             return candidates[lo]
-        lo, hi = lo + 1, len(candidates) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.at(upgrade, candidates[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return candidates[lo]
+        # the same halving as a hand-written loop: the first passing commit after ``lo`` (the last one passes)
+        return candidates[bisect.bisect_left(candidates, True, lo + 1, len(candidates) - 1,
+                                             key=lambda c: self.at(upgrade, c))]
 
 
 def _shown(text: str, folder: Path) -> str:

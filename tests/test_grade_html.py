@@ -14,8 +14,8 @@ from urllib.parse import unquote
 import pytest
 
 from course_tools.checks import nb01_amp
-from course_grader.class_stats import chart_label, check_rows, discrimination
-from course_grader.html_report import Guide, check_guide, similar_pairs, write_pages
+from course_grader.html_report import (Guide, chart_label, check_guide, check_rows, discrimination, similar_pairs,
+                                       write_pages)
 from course_grader.plan import make_plan, references
 from course_grader.report import CheckOutcome, Grade
 from course_grader.similarity import OVERALL, SimilarityRow, matched_blocks
