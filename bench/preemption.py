@@ -11,7 +11,7 @@ The ``--ckpt-every-steps`` grid (divisors of 1,200, geometric: 1, 6, 40, 200, 12
 after every step (the saves' cost C dominates: batch 4 puts a step and a save in the same order of magnitude) and only
 the epoch-end saves (a kill loses the epoch so far). Young's τ* = √(2·C·M) falls inside it, near 50-70 steps. Two
 epochs: with one, a kill (R and the lost work) was a quarter of a job, and a median of 5 seeds jumped by that when the
-median seed's kill fell at its end (+25.8%, 2026-12-06 08:37 UTC). The forecast says if both ends are clearly slower.
+median seed's kill fell at its end (+25.8%, −22.4%, c8d92a6). The forecast says if both ends are clearly slower.
 
 1. Pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``; 08 §7 prints them), one uninterrupted run per mode
    and stream (no saves, a synchronous and an ``--async-ckpt`` save after every step): a first W, C, R0 and M, and
@@ -28,13 +28,13 @@ median seed's kill fell at its end (+25.8%, 2026-12-06 08:37 UTC). The forecast 
 Criteria (exit status 1 when one fails): (a) each interval's prediction, the median over seeds of their replays,
 within ±15% of the measured median, the epoch-end-only interval included. E[T] (``expected_segment_time(R0, 0, M)`` +
 ``expected_wall_time(W, τ, C, R, M)``, the replays' mean over all schedules) is printed and not judged: a job meets 0
-to about 10 kills of R each, so a median of 5 seeds often lies 15% from a mean. (b) τ* inside the range of intervals
+to over 10 kills of R each, so a median of 5 seeds often lies 15% from a mean. (b) τ* inside the range of intervals
 whose median is at most the best interval's third quartile, with whether both grid ends lie outside it. (c) the ledger
 and loss checks after every kill, at least 20 kills. ``bench/results/preemption.png`` plots E[T], the replays' and the
 measured medians (with IQR); ``--hogs 2`` adds two busy loops (``preemption_hogs.json``).
 
     python bench/preemption.py                  # 5 intervals x 5 seeds, about 20 minutes on 2 quiet cores
-    python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs, about 40 minutes
+    python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs, about 40 minutes (estimated)
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ ARGS = ["--model", "tiny", "--width", str(WIDTH), "--batch-size", str(BATCH), "-
         "--epochs", str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds",
         "0", "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
 DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
-SAVE_EVERY = 1  # the runs that measure C save after every step, the grid's densest rate: 1,199 extra saves
+SAVE_EVERY = 1  # the runs that measure C save after every step, the grid's densest rate: 2,398 extra saves
 EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
 MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
          "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}

@@ -4,14 +4,18 @@ Why: a job's wall time jumps by a restart R plus the lost work when a kill falls
 its end (or a save), and the median of a few seeds jumps with it when the median seed is the one on the edge. So a
 correct model can miss the ±15% of criterion (a) because the measured W and R wobble by a few per cent. This bench
 replays each seed's kill times through ``replay_wall_time`` twice: once with the inputs a run measured (the
-prediction) and once with W, R and R0 drawn around them with the run's own spread (a pretend measurement), and counts
-the draws in which some interval misses. It decided the bench's size (two epochs, not one; RESULTS §19).
+prediction) and once with W, R and R0 drawn afresh for every job (seed x interval) around them with the run's own
+spread, one R for all of a job's restarts (a pretend measurement), and counts the draws in which some interval misses.
+It decided the bench's size (two epochs, not one; RESULTS §19), from the one-epoch runs of 2026-12-06 (commit c8d92a6),
+kept in bench/results/preemption_one_epoch/.
 
-Pitfall: the spread is a model too (normal, W's standard deviation over the uninterrupted runs, R's and R0's from
-their interquartile range); it says which sizes are fragile, not the odds of a given run.
+Pitfall: the spread is a model too (normal; W's standard deviation is the population one of the uninterrupted
+runs' wall times, R's and R0's come from their interquartile range); it says which sizes are fragile, not the odds of
+a given run. M follows the bench's rule (0.6 W, at least 6 s) and one second either side, so ``--work-scale`` moves
+M with W.
 
-    python bench/preemption_noise.py                                   # the stored quiet and hogs runs
-    python bench/preemption_noise.py --work-scale 1 2 --seeds 5 9      # as if each job had 1x or 2x the work
+    python bench/preemption_noise.py --work-scale 1 2 --seeds 5 9     # the one-epoch runs, as if they had two epochs
+    python bench/preemption_noise.py bench/results/preemption.json    # a run as stored now (two epochs)
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from preemption import HORIZON_S, TOLERANCE, choose_intervals, kill_times  # noq
 
 from course_utils.estimate_ckpt import replay_wall_time  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ONE_EPOCH = Path(__file__).resolve().parent / "results" / "preemption_one_epoch"
 
 
 def spreads(run: dict) -> dict[str, float]:
@@ -68,9 +72,9 @@ def sweep(run: dict, scales: list[float], seed_counts: list[int], draws: int) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="*", default=[str(RESULTS / "preemption.json"), str(RESULTS / "preemption_hogs.json")])
+    p.add_argument("runs", nargs="*", default=[str(ONE_EPOCH / "quiet.json"), str(ONE_EPOCH / "hogs.json")])
     p.add_argument("--work-scale", type=float, nargs="+", default=[1.0],
-                   help="each job's steps times this (2: a run of one epoch as if it had two)")
+                   help="each job's steps times this (2: a stored run as if each job had twice its epochs)")
     p.add_argument("--seeds", type=int, nargs="+", default=[5])
     p.add_argument("--draws", type=int, default=200)
     args = p.parse_args(argv)

@@ -3,7 +3,8 @@
 The bench itself kills real runs for minutes and is run by hand (its command is in its docstring and in
 bench/RESULTS.md §19). Here: the grid spans a save after every step to one an epoch; the near-best range and
 criterion (b) can fail, on either side; the forecast from pre-phase inputs like the bench's expects both ends of
-the grid outside the near-best range (else (b) would hold whatever the measurement); the printed report renders.
+the grid outside the near-best range (else (b) would hold whatever the measurement); bench/preemption_noise.py
+shows one epoch a lottery for criterion (a) and two epochs not.
 """
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ def test_the_forecast_expects_both_ends_of_the_grid_outside_the_near_best_range(
 
 
 def test_noise_alone_makes_one_epoch_a_lottery_and_two_epochs_not(bench):
-    """bench/preemption_noise.py, the reason for two epochs: the 08:37 UTC quiet run's inputs (AMD EPYC: W 7.43 s for
-    one epoch, R 3.13 s, R0 3.10 s, C 8.3 ms, their measured spread). At M = 6 s a seed's kill sits on the edge of its
-    job's end, so the model misses itself by over 15% in many draws; with twice the work (M by the bench's rule) never.
+    """bench/preemption_noise.py, the reason for two epochs: the one-epoch quiet run's inputs (c8d92a6, AMD EPYC: W
+    7.43 s, R 3.13 s, R0 3.10 s, C 8.3 ms; sd of W 0.18 s, of R 0.057 s, R0's taken as R's). At M = 6 s a seed's kill
+    sits on the edge of its job's end, so the model misses itself by over 15% in many draws; with twice the work (M by
+    the bench's rule) in none of 60 draws.
     """
     noise = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
         "bench_preemption_noise", BENCH / "preemption_noise.py"))
