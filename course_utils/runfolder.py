@@ -38,7 +38,7 @@ tells a process its rank before torch is imported); the other ranks write nothin
 Example::
 
     with RunFolder.claim(out, resume=args.resume, overwrite=args.overwrite) as run:
-        run.remove_leftovers()              # run.files.metrics, run.files.checkpoints ...: the paths
+        run.remove_leftovers(manager)       # and a CheckpointManager's; run.files.metrics ...: the paths
         saved = run.saved_config()
         if args.resume and saved:
             changes = config_changes(saved["hparams"], vars(args), free=FREE, changeable={"lr"},
