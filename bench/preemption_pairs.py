@@ -4,7 +4,7 @@ Why: in the two-epoch run of 2026-12-06 10:48 UTC the jobs took a median 1.26 s 
 through their own kill times (RESULTS §19). The bench times a whole job; this one times each of its processes: how
 long it took to reach its first step, how many steps it then ran (the sample ledger's lines) and in how many
 seconds until it was killed or exited, with a neighbour that saves never or after every step, as the bench's queue
-pairs them. Same script, arguments, environment and kill times (seed 5, M = 9 s) as the bench.
+can pair them. Same script, arguments, environment and kill times (seed 5, M = 9 s) as the bench.
 
 Pitfall: a process's last stretch includes the run's end (evaluation, the final saves, the exit), so the ms per step
 of the process that finishes is not a training speed.

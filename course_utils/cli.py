@@ -218,8 +218,8 @@ def check_combinations(p: argparse.ArgumentParser, args: argparse.Namespace, *,
     Refused through ``p.error`` (one line, exit 2): --allow-change without --resume; --ckpt-every-seconds auto
     without --mtbf, or the reverse; a --hang-timeout under 5 s (0 is off); a --max-bad-steps larger than its
     --bad-step-window; a ``rollback_only`` flag off its default without --on-spike rollback. The pitfall: each
-    value is valid alone, so the run would start and then misbehave: ignore a flag, never trip (--max-bad-steps), or
-    call a healthy run hung within seconds (a --hang-timeout of 2 s). Example, with ``p`` the script's
+    value is valid alone, so the run would start and go wrong later: an alarm that can never trip (--max-bad-steps),
+    a healthy run called hung within seconds (a --hang-timeout of 2 s), a flag with no effect. Example, with ``p`` the script's
     ``build_parser()``: ``check_combinations(p, p.parse_args(["--mtbf", "600"]), rollback_only=())`` exits with 2.
     """
     if args.allow_change and not args.resume:
