@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from course_grader.sandbox.cgroup import Cgroup
+    from course_grader.sandbox.procs import Cgroup
 
 __all__ = ["GiB", "MiB", "Limits", "launcher_command", "launch_config"]
 
