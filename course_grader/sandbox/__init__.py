@@ -3,9 +3,9 @@ homework script run (:class:`ScriptBox`).
 
 Each sandbox: an empty read-only root holding only what Python needs (:mod:`.mounts`: never ``solutions/``,
 ``.git``, ``tests/``, submissions or reports), size-capped tmpfs, ``--clearenv``, new PID, network, IPC, UTS and
-user namespaces; rlimits and a memory + pids cgroup (:mod:`.limits`, :mod:`.procs`); it dies with the grader,
-and every process is killed and waited for when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without
-bwrap (trusted code only). :func:`check_available` raises :class:`SandboxUnavailable` with the true reason.
+user namespaces; rlimits and a memory + pids cgroup; it dies with the grader, and every process is killed and
+waited for when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without bwrap (trusted code only).
+:func:`check_available` raises :class:`SandboxUnavailable` with the true reason.
 
 Example::
 
@@ -22,12 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from course_grader.sandbox.limits import GiB, MiB, Limits, launch_config, launcher_command
 # ``_bwrap_args``: the name the tests and :func:`_probe` use for the mounts' command line
 from course_grader.sandbox.mounts import (SANDBOX_CWD, SANDBOX_HOME, bwrap_args as _bwrap_args, course_packages,
                                          kernel_env, package_roots, readonly_paths)
 from course_grader.sandbox.boxes import KERNEL_NAME, KernelBox, ScriptBox, folder_size
-from course_grader.sandbox.procs import Cgroup, SandboxPopen, SandboxProcesses, alive
+from course_grader.sandbox.procs import (GiB, MiB, Cgroup, Limits, SandboxPopen, SandboxProcesses, alive, launch_config,
+                                        launcher_command)
 
 __all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
            "package_roots", "readonly_paths", "kernel_env", "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox",

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from course_grader.sandbox.limits import MiB, Limits, launch_config, launcher_command
 from course_grader.sandbox.mounts import SANDBOX_HOME, bwrap_args, kernel_env
-from course_grader.sandbox.procs import Cgroup, SandboxPopen, SandboxProcesses
+from course_grader.sandbox.procs import (MiB, Cgroup, Limits, SandboxPopen, SandboxProcesses, launch_config,
+                                          launcher_command)
 
 if TYPE_CHECKING:
     from jupyter_client.kernelspec import KernelSpecManager

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from course_tools.noninteractive import quiet_environ
-from course_grader.sandbox.limits import Limits
+from course_grader.sandbox.procs import Limits
 
 __all__ = ["SANDBOX_CWD", "SANDBOX_HOME", "course_packages", "package_roots", "readonly_paths", "kernel_env",
            "bwrap_args"]

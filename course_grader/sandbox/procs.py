@@ -1,17 +1,22 @@
-"""The processes of one sandbox: its cgroup (memory and pids limits, a CPU counter), its CPU clock, and ending
-every process of it.
+"""What one sandbox may use (:class:`Limits`) and its processes: the launcher stub that applies the limits before
+bwrap, the sandbox's cgroup, its CPU clock, and ending every process of it.
 
-:meth:`Cgroup.create` makes a child of the grader's own cgroup (v2, or v1 ``memory`` + ``pids`` + ``cpuacct``) or
-returns None where none is writable; the clock is then a :class:`~course_tools.cputime.TreeClock` of the top pid.
-The cgroup's CPU counter includes exited and orphaned processes, so a limit in CPU seconds does not depend on the
-machine's load. The grader never returns while a process of a sandbox lives. Pitfall: bwrap's inner PID 1 runs in
-its own session (``--new-session``), so ``os.killpg`` of the outer pid misses it (it dies through
-``--die-with-parent``); its pid comes from ``--info-fd``, and the processes seen under the top are remembered, so
-orphans are killed too.
+The stub (``python -I -S``: no site, no user paths) joins the cgroup, sets ``RLIMIT_AS`` (``import torch`` alone
+maps ~3.4 GiB: default 6 GiB), ``RLIMIT_FSIZE`` and no core files, dies with the grader (``PR_SET_PDEATHSIG``;
+at once if it is already gone), then execs bwrap (``--no-sandbox``: the command, in the scrubbed environment).
+:meth:`Cgroup.create` makes a child of the grader's own cgroup (v2, or v1 ``memory`` + ``pids`` + ``cpuacct``:
+the memory and pids limits of the whole sandbox, which no rlimit gives) or returns None where none is writable;
+the clock is then a :class:`~course_tools.cputime.TreeClock` of the top pid. The cgroup's CPU counter includes
+exited and orphaned processes, so a limit in CPU seconds does not depend on the machine's load. The grader never
+returns while a process of a sandbox lives. Pitfall: bwrap's inner PID 1 runs in its own session
+(``--new-session``), so ``os.killpg`` of the outer pid misses it (it dies through ``--die-with-parent``); its pid
+comes from ``--info-fd``, and the processes seen under the top are remembered, so orphans are killed too.
 
 Example::
 
-    procs = SandboxProcesses(Cgroup.create(Limits()))     # Cgroup.create: None where no cgroup is writable
+    cgroup = Cgroup.create(Limits())      # None: no writable cgroup here
+    argv = launcher_command(launch_config(Limits(), None, cgroup), ["bwrap", *bwrap_args(...), "--", *command])
+    procs = SandboxProcesses(cgroup)
     procs.started(pid)
     assert procs.end() == []     # every process killed and gone
 """
@@ -22,19 +27,65 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
 from course_tools.cputime import TreeClock
 
-if TYPE_CHECKING:
-    from course_grader.sandbox.limits import Limits
+__all__ = ["GiB", "MiB", "Limits", "launcher_command", "launch_config", "END_TIMEOUT", "Cgroup", "alive",
+           "SandboxProcesses", "SandboxPopen"]
 
-__all__ = ["END_TIMEOUT", "Cgroup", "alive", "SandboxProcesses", "SandboxPopen"]
+GiB = 2 ** 30
+MiB = 2 ** 20
+
+_LAUNCHER = r"""
+import ctypes, json, os, resource, signal, sys
+cfg = json.loads(sys.argv[1])
+for path in cfg["cgroup_procs"]:
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+for name, value in cfg["rlimits"].items():
+    resource.setrlimit(getattr(resource, name), (value, value))
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+if os.getppid() != cfg["parent"]:
+    os._exit(70)  # the grader is already gone
+argv = sys.argv[3:]
+if cfg["env"] is None:
+    os.execvp(argv[0], argv)
+os.execvpe(argv[0], argv, cfg["env"])
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox. ``memory`` is RLIMIT_AS per process; ``resident`` the cgroup's memory
+    limit (default: ``memory``); ``disk`` what a homework run may leave in its run folder."""
+
+    memory: int = 6 * GiB
+    resident: int | None = None
+    scratch: int = 2 * GiB
+    tmp: int = 1 * GiB
+    home: int = 256 * MiB
+    shm: int = 1 * GiB
+    file_size: int = 2 * GiB
+    pids: int = 512
+    disk: int = 1 * GiB
+
+
+def launcher_command(cfg: dict, command: list[str]) -> list[str]:
+    """The argv that applies ``cfg`` (:func:`launch_config`) to this process, then execs ``command``."""
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(cfg), "--", *command]
+
+
+def launch_config(limits: Limits, env: dict[str, str] | None, cgroup: Cgroup | None) -> dict:
+    """What the launcher stub does: join ``cgroup``, set ``limits``' rlimits, exec in ``env`` (None: as inherited)."""
+    return {"cgroup_procs": [str(p) for p in (cgroup.procs if cgroup else [])], "env": env, "parent": os.getpid(),
+            "rlimits": {"RLIMIT_AS": limits.memory, "RLIMIT_FSIZE": limits.file_size, "RLIMIT_CORE": 0}}
+
 
 END_TIMEOUT = 10.0  # seconds :meth:`SandboxProcesses.end` waits for the killed processes to be gone
 
