@@ -1,4 +1,4 @@
-"""``python -m course_grader``: the command line (:func:`course_grader.cli.main`)."""
+"""``python -m course_grader``: the command line (:func:`course_grader.main`)."""
 import sys
 
 from course_grader import main
