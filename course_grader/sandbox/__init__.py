@@ -1,7 +1,7 @@
 """Bubblewrap sandboxes for learner code: a kernel per graded notebook (:class:`KernelBox`), a sandbox per
 homework script run (:class:`ScriptBox`).
 
-Each sandbox: an empty read-only root holding only what Python needs (:mod:`.mounts`: never ``solutions/``,
+Each sandbox: an empty read-only root holding only what Python needs (:mod:`.boxes`: never ``solutions/``,
 ``.git``, ``tests/``, submissions or reports), size-capped tmpfs, ``--clearenv``, new PID, network, IPC, UTS and
 user namespaces; rlimits and a memory + pids cgroup; it dies with the grader, and every process is killed and
 waited for when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without bwrap (trusted code only).
@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 # ``_bwrap_args``: the name the tests and :func:`_probe` use for the mounts' command line
-from course_grader.sandbox.mounts import (SANDBOX_CWD, SANDBOX_HOME, bwrap_args as _bwrap_args, course_packages,
-                                         kernel_env, package_roots, readonly_paths)
-from course_grader.sandbox.boxes import KERNEL_NAME, KernelBox, ScriptBox, folder_size
+from course_grader.sandbox.boxes import (KERNEL_NAME, SANDBOX_CWD, SANDBOX_HOME, KernelBox, ScriptBox,
+                                         bwrap_args as _bwrap_args, course_packages, folder_size, kernel_env,
+                                         package_roots, readonly_paths)
 from course_grader.sandbox.procs import (GiB, MiB, Cgroup, Limits, SandboxPopen, SandboxProcesses, alive, launch_config,
                                         launcher_command)
 
