@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                       homework=not args.no_homework, require_commits=args.require_commits,
                       steps={name: read(args, p) for name, read in hooks("read_arguments").items()})
     try:
-        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume,
-                           only=only)
+        grades = grade_all(args.submissions, args.solutions, options, args.report, args.shard, args.resume, only=only)
     except (UnknownLearner, SandboxUnavailable, AuthoringError) as exc:
         why = {SandboxUnavailable: "无法启动沙箱: ", AuthoringError: "参考 notebook 有编写错误: "}.get(type(exc), "")
         print(f"{why}{exc}", file=sys.stderr)

@@ -33,8 +33,7 @@ class Discipline:
     notes: list[str] = field(default_factory=list)
 
 
-NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)",
-                        ["交来的是普通文件夹, 没有提交历史: 提交纪律无从检查, 不扣分"])
+NO_HISTORY = Discipline(True, "无历史 (普通文件夹, 不计)", ["交来的是普通文件夹, 没有提交历史: 提交纪律无从检查, 不扣分"])
 
 
 def judge_discipline(commits: list[Commit], first_pass: dict[int, Commit | None]) -> Discipline:

@@ -111,8 +111,7 @@ def layout(book: Gradebook, fmt: str) -> list[list[str | float]]:
     if fmt not in FORMATS:
         raise ValueError(f"未知的格式 {fmt}(可选: {', '.join(FORMATS)})")
     suffix = " (%)" if fmt == "xlsx" else ""
-    header: list[str | float] = [*_IDENTITY[fmt], *(safe_field(a + suffix, 200) for a in book.assignments),
-                                 _TOTAL[fmt]]
+    header: list[str | float] = [*_IDENTITY[fmt], *(safe_field(a + suffix, 200) for a in book.assignments), _TOTAL[fmt]]
     return [header, *([*_identity(entry, fmt), *(scores.get(a, "") for a in book.assignments), total]
                       for entry, scores, total in book.rows)]
 

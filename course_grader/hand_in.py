@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from course_grader.homework import HomeworkSetup
     from course_grader.steps import Submission
 
-__all__ = ["HAND_IN", "copy_scripts", "digest", "texts", "pin", "open_handed_in", "unreadable", "step",
-           "read_scripts"]
+__all__ = ["HAND_IN", "copy_scripts", "digest", "texts", "pin", "open_handed_in", "unreadable", "step", "read_scripts"]
 
 HAND_IN = "git bundle create hw.bundle homework-0.4"
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from course_grader.collect import Item
 from course_grader.commits import HOMEWORK
-from course_grader.hand_in import texts
 from course_grader.report import CheckOutcome, Grade
 from course_grader.sandbox import GiB, MiB, Limits
 from course_grader.similarity import PRO_REFERENCE, REFERENCE
@@ -67,10 +66,6 @@ class HomeworkSetup:
         found = {other: {name: path.read_text(encoding="utf-8", errors="replace")
                          for name, path in files.items() if path.is_file()} for other, files in paths.items()}
         return {other: files for other, files in found.items() if files}
-
-    def baseline_scripts(self) -> dict[str, str]:
-        """The released scripts everyone starts from, by file name."""
-        return texts(self.baseline) if self.baseline.is_dir() else {}
 
 
 def failed_grade(item: Item, reason: str) -> Grade:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from course_tools.cells import CHECK, tagged
 from course_grader.answers import outside_check
 from course_grader.collect import Finding, Item, collect
-from course_grader.hand_in import read_scripts
+from course_grader.hand_in import read_scripts, texts
 from course_grader.homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework
 from course_grader.kernel import clean_text
 from course_grader.plan import cell_source, check_labels, references
@@ -169,7 +169,8 @@ def _similarity(items: list[Item], setup: HomeworkSetup, scripts: dict[str, dict
                     for i in items if i.path is not None}
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    references, baseline = setup.reference_scripts(), setup.baseline_scripts()
+    references = setup.reference_scripts()
+    baseline = texts(setup.baseline) if setup.baseline.is_dir() else {}   # the released scripts, by name
     rows = pair_rows({k: v for k, v in learners.items() if v}, references=references, baseline=baseline)
     if report:
         write_csv(report.with_name(report.stem + ".similarity.csv"), rows)

@@ -88,13 +88,12 @@ def _literal_str(node: ast.AST) -> str | None:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, lines: list[str], line_offset: int = 0) -> None:
-        self.lines, self.offset = lines, line_offset
+    def __init__(self) -> None:
         self.modules: dict[str, str] = {}  # local alias -> module name
         self.flags: list[tuple[int, str]] = []
 
     def flag(self, node: ast.AST, reason: str) -> None:
-        self.flags.append((self.offset + getattr(node, "lineno", 1), reason))
+        self.flags.append((getattr(node, "lineno", 1), reason))
 
     def _module_of(self, node: ast.AST) -> str | None:
         if isinstance(node, ast.Name):
@@ -231,10 +230,10 @@ class _Scanner(ast.NodeVisitor):
         except (SyntaxError, ValueError):
             self.flag(node, "执行的字符串不是可解析的代码")
             return
-        inner = _Scanner(self.lines)
+        inner = _Scanner()
         inner.modules = dict(self.modules)
         inner.visit(tree)
-        line = self.offset + getattr(node, "lineno", 1)
+        line = getattr(node, "lineno", 1)
         self.flags += [(line, reason) for _, reason in inner.flags]
 
 
@@ -245,7 +244,7 @@ def scan(source: str) -> list[Flag]:
         tree = ast.parse(transform(source))
     except (SyntaxError, ValueError):  # the kernel cannot run it either: the cell simply fails
         return []
-    scanner = _Scanner(lines)
+    scanner = _Scanner()
     scanner.visit(tree)
     by_line: dict[int, list[str]] = {}
     for line, reason in scanner.flags:

@@ -247,8 +247,7 @@ class ScriptBox:
         self._runs: list[SandboxPopen] = []
         self.killed: list[str] = []   # one line per run the watcher stopped
 
-    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO,
-                 writable: Path) -> SandboxPopen:
+    def __call__(self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: IO, writable: Path) -> SandboxPopen:
         # What the check set (unbuffered output, one thread, ...), never what the instructor's shell holds.
         own = {k: v for k, v in env.items() if os.environ.get(k) != v}
         writable = Path(writable).resolve()
