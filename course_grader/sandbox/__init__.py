@@ -1,10 +1,9 @@
 """Bubblewrap sandboxes for learner code: a kernel per graded notebook (:class:`KernelBox`), a sandbox per
 homework script run (:class:`ScriptBox`).
 
-Each sandbox: an empty read-only root holding only what Python needs (:mod:`.boxes`: never ``solutions/``,
-``.git``, ``tests/``, submissions or reports), size-capped tmpfs, ``--clearenv``, new PID, network, IPC, UTS and
-user namespaces; rlimits and a memory + pids cgroup; it dies with the grader, and every process is killed and
-waited for when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without bwrap (trusted code only).
+Each sandbox: new PID, network, IPC, UTS and user namespaces, ``--clearenv`` and an empty read-only root with
+only what Python needs (:mod:`.boxes`); rlimits and a memory + pids cgroup, every process killed and waited for
+when it ends (:mod:`.procs`). ``--no-sandbox`` runs the same without bwrap (trusted code only).
 :func:`check_available` raises :class:`SandboxUnavailable` with the true reason.
 
 Example::

@@ -3,13 +3,14 @@
 and environment from :func:`bwrap_args` and :func:`kernel_env`: what learner code can see.
 
 The root is an empty tmpfs, remounted read-only, with only :func:`readonly_paths` bound read-only: ``/usr``, a few
-files of ``/etc`` (no ``shadow``, no keys), Python, the venv and the course packages the GRADER imported.
-Writable: size-capped tmpfs ``/scratch``, ``/tmp``, ``/dev/shm``, ``$HOME`` and the host paths the caller names.
-The environment is :func:`kernel_env` alone; its ``PYTHONPATH`` names the grader's own packages (an editable
-install may point at another checkout, which is not mounted). A kernel talks to the grader over Unix sockets in
-its box folder (``ipc``: TCP inside a network namespace is unreachable), the one host folder it can write,
-watched by :meth:`KernelBox.connection_abuse`. Pitfall: ``interrupt_mode: message``, since a signal to the
-sandbox's process group would kill the sandbox.
+files of ``/etc`` (no ``shadow``, no keys), Python, the venv and the course packages the GRADER imported (never
+``solutions/``, ``.git`` or ``tests/``; :func:`~course_grader.pipeline.grade_all` refuses references, submissions
+and a report under a bound path). Writable: size-capped tmpfs ``/scratch``, ``/tmp``, ``/dev/shm``, ``$HOME`` and
+the host paths the caller names. The environment is :func:`kernel_env` alone; its ``PYTHONPATH`` names the grader's
+own packages (an editable install may point at another checkout, which is not mounted). A kernel talks to the grader
+over Unix sockets in its box folder (``ipc``: TCP inside a network namespace is unreachable), the one host folder it
+can write, watched by :meth:`KernelBox.connection_abuse`. Pitfall: ``interrupt_mode: message``, since a signal to
+the sandbox's process group would kill the sandbox.
 
 Example::
 
