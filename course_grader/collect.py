@@ -276,9 +276,8 @@ def _join(root: str, rel: Path | str) -> str:
 
 
 def _learner_depth(folder: Path) -> int:
-    """The most common depth below ``folder`` of the folders holding notebooks (a ``homework/`` folder or bundle
-    counts as one; a clone once, for the folder holding it, not looked into). Ties go to the shallower; 0 only when no
-    subfolder holds one: a class folder with one stray notebook is never read as one learner."""
+    """The most common depth below ``folder`` of the folders holding notebooks, a ``homework/`` folder or a bundle (a
+    clone counts once, for the folder holding it); ties go to the shallower, 0 only when no subfolder holds one."""
     counts: dict[int, int] = {}
     budget = [_MAX_ENTRIES * 4]
 

@@ -1,9 +1,7 @@
 """The class run: every learner x graded notebook and the homework, ``jobs`` at a time, rows written as they finish.
 
-:class:`Options` are the run's settings; :func:`grade_item` grades one notebook through
-:data:`~course_grader.steps.NOTEBOOK_STEPS`. :func:`grade_all` first checks that the sandbox starts and cannot
-see the references, submissions or report. A grader bug in one item is that item's row (score 0, its total
-kept), never the end of the run.
+:func:`grade_all` first checks that the sandbox starts and cannot see the references, submissions or report. A
+grader bug in one item is that item's row (score 0, its total kept), never the end of the run.
 
 Example::
 
@@ -43,10 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class Options:
-    """How notebooks are run. ``cell_timeout``, ``timeout``: CPU seconds per cell and per notebook (all its
-    runs), each with a wall-clock backstop of ``WALL_FACTOR`` times that; ``grace``: seconds (wall) a cell
-    gets to stop after its interrupt; ``steps``: the step modules' own settings, by module name
-    (:func:`course_grader.steps.hooks`)."""
+    """How notebooks are run: ``cell_timeout``, ``timeout`` CPU seconds per cell and per notebook (all its runs;
+    the wall-clock backstop: :mod:`.kernel`), ``grace`` seconds (wall) a cell gets to stop after its interrupt,
+    ``steps`` the step modules' own settings by module name (:func:`course_grader.steps.hooks`)."""
 
     cell_timeout: float = 120.0
     timeout: float = 900.0

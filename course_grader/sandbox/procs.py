@@ -103,8 +103,7 @@ def alive(pid: int) -> bool:
 
 @dataclass
 class Cgroup:
-    """A child cgroup (v2, or v1 memory + pids + cpuacct) limiting one sandbox's memory and process count
-    and counting its CPU time. ``cpu``: the counter file, None where no CPU accounting could be made."""
+    """One sandbox's cgroup (see the module docstring); ``cpu``: its CPU counter file, None where there is none."""
 
     dirs: list[Path]
     procs: list[Path]
@@ -222,8 +221,7 @@ def _running(proc: psutil.Process) -> bool:
 
 
 class SandboxProcesses:
-    """Every process of one sandbox (``cgroup``: its own, or None), its CPU clock, and the way to end them all.
-    The processes seen under the top one (:meth:`look`) are remembered, so that those it orphans are still found."""
+    """Every process of one sandbox (``cgroup``: its own, or None; orphans found through :meth:`look`)."""
 
     def __init__(self, cgroup: Cgroup | None) -> None:
         self.cgroup = cgroup
