@@ -1,40 +1,35 @@
 """Proof by preemption: the checkpoint interval of ``course_utils.estimate_ckpt``, against real kills.
 
-A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 16, COURSE_FAST data at 0.96, batch 4, two
-epochs of 1,200 steps, one torch thread, fresh interpreters) and SIGKILLs it at exponentially distributed times of
-mean ``--mtbf`` (default 0.6 x the pre-phase's work W, at least 6 s), drawn from a seed on the simulator's own clock
-before the job starts (the same times for every interval of a seed, never a race with a log), then restarts it with
-``--resume`` until it exits 0. ``--jobs`` (2) run side by side to the end: once the queue is empty, a freed slot
-runs the script unmeasured (``keep_busy``) until the last job ends.
-
-The ``--ckpt-every-steps`` grid (divisors of 1,200, geometric: 1, 6, 40, 200, 1200) spans both ways to lose: a save
-after every step (the saves' cost C dominates: batch 4 puts a step and a save in the same order of magnitude) and only
-the epoch-end saves (a kill loses the epoch so far). Young's τ* = √(2·C·M) falls inside it, near 50-70 steps. Two
-epochs: with one, a kill (R and the lost work) was a quarter of a job, and a median of 5 seeds jumped by that when the
-median seed's kill fell at its end (+25.8%, −22.4%, c8d92a6). The forecast says if both ends are clearly slower.
+A simulator runs solutions/homework/train_cifar_pro.py (TinyCNN of width 16, COURSE_FAST data at 0.96, batch 4, three
+epochs of 1,200 steps, one torch thread, fresh interpreters), SIGKILLs it at exponential times of mean ``--mtbf``
+(``mtbf_rule``) drawn from a seed on its own clock before the job starts (the same for every interval of a seed, never
+a race with a log), and restarts it with ``--resume`` until it exits 0; ``--jobs`` (2) side by side, a slot the queue
+no longer fills running the script (``keep_busy``). The ``--ckpt-every-steps`` grid (divisors of 1,200, geometric: 1,
+6, 40, 200, 1200) spans both ways to lose: a save after every step (the saves' cost C dominates: batch 4 puts a step
+and a save in the same order of magnitude) and the epoch-end saves alone (a kill loses the epoch so far). Young's τ* =
+√(2·C·M) falls inside it, near 50-70 steps. Three epochs, 7 seeds: a median of a few seeds jumps by R (3 s) and the
+lost work when the median seed's kill falls at its end; one epoch (c8d92a6), two with 5 seeds (5e6fcfe) missed so.
 
 1. Pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``; 08 §7 prints them), one uninterrupted run per mode
    and stream (no saves, a synchronous and an ``--async-ckpt`` save after every step): a first W, C, R0 and M, and
-   the forecast printed before any job runs (E[T] per interval, each seed's kill times replayed through the model
-   with ``replay_wall_time``, the near-best range they give, τ* and the grid's ends inside it or not).
-2. The inputs the verdict uses come from runs interleaved with the jobs in the same queue (per seed: no saves, a
-   synchronous save after every step): R0 the first processes' median time to their first step, R the restarted
-   ones' median less one step (the simulator watches the ledger grow; nothing waits on it), W the uninterrupted
-   runs' wall time less their own first start and epoch-end saves, C the median over seeds of the extra time per
-   extra save.
-3. Every job's completion time; its sample ledger (``--sample-ledger``) and metrics against an uninterrupted run: a
-   step trained again after a kill saw the same samples, each sample once per epoch, every logged loss equal.
+   the forecast said before any job runs (E[T], each seed's kill times replayed with ``replay_wall_time``, the
+   near-best range, τ* and the grid's ends inside it or not).
+2. The verdict's inputs come from runs interleaved with the jobs (per seed: no saves, a synchronous save after every
+   step): R0 the first processes' median time to their first step, R the median time from a kill to the restarted
+   process's first step less one step, W the uninterrupted runs' wall time less their first start and epoch-end
+   saves, C the median over seeds of the extra time per extra save (the simulator watches the ledger grow).
+3. Every job's time; its sample ledger (``--sample-ledger``) and metrics against an uninterrupted run: a step
+   trained again after a kill saw the same samples, each sample once per epoch, every logged loss equal.
 
-Criteria (exit status 1 when one fails): (a) each interval's prediction, the median over seeds of their replays,
-within ±15% of the measured median, the epoch-end-only interval included. E[T] (``expected_segment_time(R0, 0, M)`` +
+Criteria (exit status 1 when one fails): (a) each interval's prediction, the median over seeds of their replays, within
+±15% of the measured median, the epoch-end-only interval included. E[T] (``expected_segment_time(R0, 0, M)`` +
 ``expected_wall_time(W, τ, C, R, M)``, the replays' mean over all schedules) is printed and not judged: a job meets 0
-to over 10 kills of R each, so a median of 5 seeds often lies 15% from a mean. (b) τ* inside the range of intervals
-whose median is at most the best interval's third quartile, with whether both grid ends lie outside it. (c) the ledger
-and loss checks after every kill, at least 20 kills. ``bench/results/preemption.png`` plots E[T], the replays' and the
-measured medians (with IQR); ``--hogs 2`` adds two busy loops (``preemption_hogs.json``).
+to over 10 kills, so a median of a few seeds often lies 15% from a mean. (b) τ* inside the range of intervals whose
+median is at most the best interval's third quartile, with whether both grid ends lie outside it. (c) the ledger and
+loss checks after every kill, at least 20 kills. ``results/preemption.png``: E[T], the replays', the measured medians.
 
-    python bench/preemption.py                  # 5 intervals x 5 seeds, about 20 minutes on 2 quiet cores
-    python bench/preemption.py --hogs 2         # the same beside 2 CPU hogs, about 40 minutes (estimated)
+    python bench/preemption.py                  # 5 intervals x 7 seeds, about 25 minutes on 2 quiet cores
+    python bench/preemption.py --hogs 2         # beside 2 busy loops (preemption_hogs.json), about 50 min (estimated)
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
 from __future__ import annotations
@@ -64,17 +59,22 @@ from course_utils.estimate_ckpt import (expected_segment_time, expected_wall_tim
 from course_utils.monitor import read_metrics  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
-EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 1200, 2, 4, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 4
+EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 1200, 3, 4, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 4
 STEPS = EPOCH_STEPS * EPOCHS
 ARGS = ["--model", "tiny", "--width", str(WIDTH), "--batch-size", str(BATCH), "--data-fraction", str(FRACTION),
         "--epochs", str(EPOCHS), "--warmup-steps", "5", "--lr", "3e-3", "--log-every", "10", "--ckpt-every-seconds",
         "0", "--no-progress", "--amp", "off", "--device", "cpu", "--hang-timeout", "0", "--sample-ledger"]
 DIVISORS = [k for k in range(1, EPOCH_STEPS + 1) if EPOCH_STEPS % k == 0]
-SAVE_EVERY = 1  # the runs that measure C save after every step, the grid's densest rate: 2,398 extra saves
+SAVE_EVERY = 1  # the runs that measure C save after every step, the grid's densest rate: 3,597 extra saves
 EXTRA_SAVES = STEPS // SAVE_EVERY - EPOCHS  # the epoch-end saves happen in every mode
 MODES = {"no saves": ["--ckpt-every-steps", "0"], "sync saves": ["--ckpt-every-steps", str(SAVE_EVERY)],
          "async saves": ["--ckpt-every-steps", str(SAVE_EVERY), "--async-ckpt"]}
 TOLERANCE, MIN_KILLS, POLL_S, HORIZON_S = 0.15, 20, 0.02, 3600.0
+
+
+def mtbf_rule(work_s: float, epochs: int = EPOCHS) -> float:
+    """M: 1.2 epochs of ``work_s``, whole seconds, at least 6: a kill costs the epoch-end-only interval much work."""
+    return max(6.0, round(1.2 * work_s / epochs))
 
 
 def kill_times(seed: int, mtbf_s: float, horizon_s: float) -> list[float]:
@@ -90,20 +90,20 @@ def run_process(command: list[str], out: Path, env: dict, log, job_start: float,
     """One process of a job, killed at the first of ``kills`` (the job's clock) that falls while it runs."""
     ledger = out / "sample_ledger.jsonl"
     size = ledger.stat().st_size if ledger.exists() else 0
-    started = time.monotonic()
-    pending = [k for k in kills if k > started - job_start]
+    since = time.monotonic() - job_start
+    pending = [k for k in kills if k > since]
     proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     first = None
     while proc.poll() is None:
         now = time.monotonic()
         if first is None and ledger.exists() and ledger.stat().st_size > size:
-            first = now - started
+            first = now - job_start - since
         if pending and now - job_start >= pending[0]:
             proc.kill()  # a preemption: SIGKILL, no warning, nothing saved
             proc.wait()
-            return {"first_step_s": first, "killed": True, "code": None}
+            return {"start_s": since, "first_step_s": first, "killed_at_s": pending[0], "code": None}
         time.sleep(POLL_S)
-    return {"first_step_s": first, "killed": False, "code": proc.returncode}
+    return {"start_s": since, "first_step_s": first, "killed_at_s": None, "code": proc.returncode}
 
 
 def run_job(out: Path, extra: list[str], kills: list[float], env: dict, timeout_s: float) -> dict:
@@ -114,7 +114,7 @@ def run_job(out: Path, extra: list[str], kills: list[float], env: dict, timeout_
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
             starts.append(run_process(command, out, env, log, start, kills))
-            if starts[-1]["killed"]:
+            if starts[-1]["killed_at_s"] is not None:
                 continue
             if starts[-1]["code"] != 0:
                 raise RuntimeError(f"{out.name}: exit code {starts[-1]['code']}, see {log.name}")
@@ -192,7 +192,8 @@ def model_inputs(plain: dict[str, dict[int, dict]], jobs: list[dict], mtbf: floa
     r0 = statistics.median(f for f in firsts if f is not None)
     work = statistics.median(x["wall_s"] - x["starts"][0]["first_step_s"] - EPOCHS * c  # its epoch-end saves
                              for x in plain["no saves"].values())
-    restarts = [s["first_step_s"] for x in jobs for s in x["starts"][1:] if s["first_step_s"] is not None]
+    restarts = [s["start_s"] - k["killed_at_s"] + s["first_step_s"] for x in jobs  # from the kill
+                for k, s in zip(x["starts"], x["starts"][1:]) if s["first_step_s"] is not None]
     r = statistics.median(restarts) - work / STEPS if restarts else float("nan")
     if not (c > 0 and work > 0 and r > 0):
         raise SystemExit(f"the inputs contradict each other, measured in the same runs: C {c:.4f} s (saves minus no "
@@ -310,7 +311,7 @@ def forecast(args: argparse.Namespace, pre: dict, log) -> tuple[float, list[int]
     if pre["C_sync"] <= 0 or work <= 0:
         raise SystemExit(f"pre-phase: saves measured no slower than no saves (C {pre['C_sync']:.4f} s) or no work left "
                          f"(W {work:.2f} s): load average {os.getloadavg()}, too noisy to forecast")
-    mtbf = args.mtbf or max(6.0, round(0.6 * work))  # saving only at epoch ends then costs restarts
+    mtbf = args.mtbf or mtbf_rule(work)
     inputs = {"M": mtbf, "W": work, "step_s": work / STEPS, "C_sync": pre["C_sync"], "R": pre["restart_tax"]["R"],
               "R0": pre["R0"]}
     inputs["tau_steps"] = young_interval(inputs["C_sync"], mtbf) / inputs["step_s"]
@@ -369,9 +370,8 @@ def judge(args: argparse.Namespace, info: dict, raw: dict, told: dict, jobs: lis
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
-                   help="M: mean seconds between preemptions (0: 0.6 x the pre-phase's work W, at least 6 s: "
-                        "saving only at epoch ends then costs restarts)")
-    p.add_argument("--seeds", type=int, default=5)
+                   help="M: mean seconds between preemptions (0: mtbf_rule, 1.2 epochs of the pre-phase's work)")
+    p.add_argument("--seeds", type=int, default=7)
     p.add_argument("--intervals", type=int, default=5, help="grid points from 1 step to the whole epoch")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--hogs", type=int, default=0, help="busy loops started beside the bench (killed at its end)")

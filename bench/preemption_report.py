@@ -21,7 +21,7 @@ def report(setup: dict, inputs: dict, pre: dict, told: dict, rows: list[dict], v
               f"{inputs['W']:.2f} s ({1e3 * inputs['step_s']:.1f} ms/step)"],
              ["first start R0 (a first process's time to its first step)",
               f"{inputs['R0']:.2f} s (IQR {r0['q1']:.2f}-{r0['q3']:.2f}, n {r0['n']})"],
-             ["restart tax R (a restarted process's time to its first step, less one step)",
+             ["restart tax R (from a kill to the restarted process's first step, less one step)",
               f"{inputs['R']:.2f} s (IQR {r['q1']:.2f}-{r['q3']:.2f}, n {r['n']})"],
              *[[f"  R's parts (bench/resume_cost.py, pre-phase): {k}", f"{v:.2f} s"] for k, v in pre["restart_tax"].items()],
              [f"save stall C, synchronous (a save every {setup['save_every']} step(s) vs none, paired by seed)",

@@ -68,6 +68,17 @@ def test_replay_follows_each_preemption(kills, first, expected):
     assert math.isclose(replay_wall_time(kills, 10, 4, 1, 2, first_start_s=first), expected)
 
 
+def test_replay_takes_one_restart_cost_per_preemption():
+    """bench/preemption_noise.py draws each restart from the measured ones: the i-th restart costs restart_s[i]."""
+    assert math.isclose(replay_wall_time([6.0, 7.0], 10, 4, 1, [0.5, 2]), 7 + 2 + 8)  # the first restart killed
+    assert math.isclose(replay_wall_time([6.0, 20.0], 10, 4, 1, [3, 0.5]), 6 + 3 + 8)  # only the first restart counts
+    assert math.isclose(replay_wall_time([6.0], 10, 4, 1, [2]), replay_wall_time([6.0], 10, 4, 1, 2))
+    with pytest.raises(ValueError, match="每次抢占一个"):
+        replay_wall_time([6.0, 7.0], 10, 4, 1, [2])
+    with pytest.raises(ValueError, match=r"restart_s\[1\]"):
+        replay_wall_time([6.0, 7.0], 10, 4, 1, [2, -1])
+
+
 def test_no_preemptions_in_the_limit_costs_the_work_and_the_saves():
     assert math.isclose(expected_wall_time(3600, 600, 10, 120, 1e12), 3600 + 6 * 10, rel_tol=1e-6)
     assert math.isclose(expected_segment_time(60, 0, 600), 600 * math.expm1(0.1))
