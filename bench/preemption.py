@@ -6,9 +6,9 @@ epochs of 1,200 steps, one torch thread, fresh interpreters), SIGKILLs it at exp
 a race with a log), and restarts it with ``--resume`` until it exits 0; ``--jobs`` (2) side by side, a slot the queue
 no longer fills running the script (``keep_busy``). The ``--ckpt-every-steps`` grid (divisors of 1,200, geometric: 1,
 6, 40, 200, 1200) spans both ways to lose: a save after every step (the saves' cost C dominates: batch 4 puts a step
-and a save in the same order of magnitude) and the epoch-end saves alone (a kill loses the epoch so far). Young's τ* =
-√(2·C·M) falls inside it, near 50-70 steps. Three epochs, 7 seeds: a median of a few seeds jumps by R (3 s) and the
-lost work when the median seed's kill falls at its end; one epoch (c8d92a6), two with 5 seeds (5e6fcfe) missed so.
+and a save in the same order of magnitude) and the epoch-end saves alone (a kill loses the epoch so far); τ* near
+60-70 steps. Three epochs, 9 seeds: a median of a few seeds jumps by R (3 s) and the lost work when the median seed's
+kill falls at its end or a save; one epoch (c8d92a6), two with 5 seeds (5e6fcfe), three with 7 (cc7efc5) missed so.
 
 1. Pre-phase: R's parts (``bench/resume_cost.py``'s ``measure``; 08 §7 prints them), one uninterrupted run per mode
    and stream (no saves, a synchronous and an ``--async-ckpt`` save after every step): a first W, C, R0 and M, and
@@ -16,8 +16,8 @@ lost work when the median seed's kill falls at its end; one epoch (c8d92a6), two
    near-best range, τ* and the grid's ends inside it or not).
 2. The verdict's inputs come from runs interleaved with the jobs (per seed: no saves, a synchronous save after every
    step): R0 the first processes' median time to their first step, R the median time from a kill to the restarted
-   process's first step less one step, W the uninterrupted runs' wall time less their first start and epoch-end
-   saves, C the median over seeds of the extra time per extra save (the simulator watches the ledger grow).
+   process's first step less one step (the simulator watches the ledger grow), W the no-save runs' median wall time
+   less their first start and epoch-end saves, C the median over seeds of the extra time per extra save.
 3. Every job's time; its sample ledger (``--sample-ledger``) and metrics against an uninterrupted run: a step
    trained again after a kill saw the same samples, each sample once per epoch, every logged loss equal.
 
@@ -28,8 +28,8 @@ to over 10 kills, so a median of a few seeds often lies 15% from a mean. (b) τ*
 median is at most the best interval's third quartile, with whether both grid ends lie outside it. (c) the ledger and
 loss checks after every kill, at least 20 kills. ``results/preemption.png``: E[T], the replays', the measured medians.
 
-    python bench/preemption.py                  # 5 intervals x 7 seeds, about 25 minutes on 2 quiet cores
-    python bench/preemption.py --hogs 2         # beside 2 busy loops (preemption_hogs.json), about 50 min (estimated)
+    python bench/preemption.py                  # 5 intervals x 9 seeds, about 26 minutes on 2 quiet cores
+    python bench/preemption.py --hogs 2         # beside 2 busy loops (preemption_hogs.json), about 55 min (estimated)
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
 from __future__ import annotations
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mtbf", type=float, default=0.0,
                    help="M: mean seconds between preemptions (0: mtbf_rule, 1.2 epochs of the pre-phase's work)")
-    p.add_argument("--seeds", type=int, default=7)
+    p.add_argument("--seeds", type=int, default=9)
     p.add_argument("--intervals", type=int, default=5, help="grid points from 1 step to the whole epoch")
     p.add_argument("--jobs", type=int, default=2, help="runs side by side (one torch thread each)")
     p.add_argument("--hogs", type=int, default=0, help="busy loops started beside the bench (killed at its end)")

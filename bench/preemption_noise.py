@@ -8,15 +8,15 @@ prediction), and once with every input drawn from that run's own measurements (a
 each job from its uninterrupted runs, a first start from its first starts, every restart from its restarts, tails
 included. It counts the draws in which some interval misses by over 15%, for the bench's own seeds 1..N at M by the
 bench's rule (``mtbf_rule``: 1.2 epochs of work) and one second either side, and at the run's own M; ``--work-scale``
-gives each job K times the steps (W's spread grows as √K). It chose the bench's size (RESULTS §19) from the runs kept in bench/results/preemption_one_epoch/ and
-bench/results/preemption_two_epochs/.
+gives each job K times the steps (W's spread grows as √K). It chose the bench's size (RESULTS §19) from the runs kept
+in bench/results/: preemption_one_epoch/, preemption_two_epochs/, preemption_three_epochs/.
 
-Pitfall: it knows only the spread the run measured. The two-epoch run's jobs exceeded their replays by a median of
-1.26 s, the draws here by about 0.2 s: a part of that was the time from a kill to the restart, which R counts since
-(0.04-0.08 s a kill), the rest is not measured. Read its shares as a floor, and as a comparison of sizes.
+Pitfall: it knows only the spread the run measured. Real jobs exceed their replays by a little more: a median of
+1.26 s in the two-epoch run (R then left out the time from a kill to the restart, a median of 0.04 s a kill), 0.3 s
+and 0.55 s in the three-epoch runs. Read its shares as a floor, and as a comparison of sizes and seeds.
 
-    python bench/preemption_noise.py                                           # the stored runs, as they were
-    python bench/preemption_noise.py bench/results/preemption_two_epochs/quiet.json --work-scale 1 1.5 --seeds 5 7
+    python bench/preemption_noise.py                             # the stored runs, each with its own number of seeds
+    python bench/preemption_noise.py bench/results/preemption_three_epochs/quiet.json --seeds 5 7 9
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from course_utils.estimate_ckpt import replay_wall_time  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORED = [RESULTS / "preemption_one_epoch" / "quiet.json", RESULTS / "preemption_one_epoch" / "hogs.json",
-          RESULTS / "preemption_two_epochs" / "quiet.json"]
+          RESULTS / "preemption_two_epochs" / "quiet.json", RESULTS / "preemption_three_epochs" / "quiet.json"]
 
 
 def samples(run: dict) -> dict[str, list[float]]:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="*", default=[str(path) for path in STORED])
     p.add_argument("--work-scale", type=float, nargs="+", default=[1.0],
                    help="each job's steps times this (1.5: a two-epoch run as if it had three)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[5])
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seed counts (default: each run's own)")
     p.add_argument("--draws", type=int, default=200)
     args = p.parse_args(argv)
     for path in args.runs:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         middle = {key: statistics.median(values) for key, values in samples(run).items()}
         print(f"\n{path}: {run['machine']['cpu_model']}, M {run['inputs']['M']:g} s; medians: W {middle['W']:.2f} s, "
               f"R {middle['R']:.2f} s, R0 {middle['R0']:.2f} s, C {1e3 * middle['C']:.1f} ms")
-        print(format_table(sweep(run, args.work_scale, args.seeds, args.draws),
+        print(format_table(sweep(run, args.work_scale, args.seeds or [run["inputs"]["seeds"]], args.draws),
                            ["work", "M (s)", "seeds", "share of draws missing (a)"]))
     return 0
 

@@ -139,9 +139,9 @@ def replay_wall_time(preemptions_s: Sequence[float], work_s: float, interval_s: 
     """Wall time of one job under these preemption times (seconds since its first start): the model, one sample path.
 
     What: the first start takes ``first_start_s`` (a preemption during it starts it over), every later start
-    ``restart_s`` (or the i-th ``restart_s[i]``: one per preemption, for restarts that vary); then segments of
-    ``interval_s`` seconds of work and a save of ``save_s`` (the last segment may be shorter); a preemption loses the
-    unsaved work and the start in progress. Why: ``expected_wall_time`` is the mean over Poisson schedules when
+    ``restart_s`` (or, for restarts that vary, the i-th after a finished first start ``restart_s[i]``: give one per
+    preemption); then segments of ``interval_s`` seconds of work and a save of ``save_s`` (the last segment may be
+    shorter); a preemption loses the unsaved work and the start in progress. Why: ``expected_wall_time`` is the mean over Poisson schedules when
     ``interval_s`` divides ``work_s`` (a shorter last segment still pays a whole save), with
     ``expected_segment_time(first_start_s, 0, M)`` added for the first start; a bench that kills real runs at known
     times can predict each run, and the spread of a few of them, from this.
@@ -149,11 +149,12 @@ def replay_wall_time(preemptions_s: Sequence[float], work_s: float, interval_s: 
     Example: ``replay_wall_time([6.0], 10, 4, 1, 2)`` = 16.0: 10 s of work, 3 saves, one 2 s restart and the
     second lost since the save at 5 s.
     """
-    each = list(restart_s) if isinstance(restart_s, Sequence) else [restart_s] * max(1, len(preemptions_s))
+    one = not hasattr(restart_s, "__len__")  # else a list, tuple or array: one restart per preemption
+    each = [restart_s] * max(1, len(preemptions_s)) if one else list(restart_s)
     _times(work_s=work_s, interval_s=interval_s, save_s=save_s, first_start_s=first_start_s)
-    _times(**{f"restart_s[{i}]" if isinstance(restart_s, Sequence) else "restart_s": r for i, r in enumerate(each)})
+    _times(**{"restart_s" if one else f"restart_s[{i}]": r for i, r in enumerate(each)})
     if len(each) < len(preemptions_s):
-        raise ValueError(f"restart_s 应每次抢占一个,实际 {len(each)} 个对 {len(preemptions_s)} 次抢占")
+        raise ValueError(f"restart_s 应为每次抢占各给一个秒数: 给了 {len(each)} 个, 抢占有 {len(preemptions_s)} 次")
     if interval_s == 0:
         raise ValueError("interval_s(两次保存之间的工作秒数)应大于 0")
     kills, restarts = sorted(float(k) for k in preemptions_s), iter(each)

@@ -70,10 +70,10 @@ def test_replay_follows_each_preemption(kills, first, expected):
 
 def test_replay_takes_one_restart_cost_per_preemption():
     """bench/preemption_noise.py draws each restart from the measured ones: the i-th restart costs restart_s[i]."""
-    assert math.isclose(replay_wall_time([6.0, 7.0], 10, 4, 1, [0.5, 2]), 7 + 2 + 8)  # the first restart killed
+    assert math.isclose(replay_wall_time([6.0, 7.0], 10, 4, 1, [0.5, 2]), 7 + 2 + 8)  # killed again at 7: the 2nd
     assert math.isclose(replay_wall_time([6.0, 20.0], 10, 4, 1, [3, 0.5]), 6 + 3 + 8)  # only the first restart counts
     assert math.isclose(replay_wall_time([6.0], 10, 4, 1, [2]), replay_wall_time([6.0], 10, 4, 1, 2))
-    with pytest.raises(ValueError, match="每次抢占一个"):
+    with pytest.raises(ValueError, match="每次抢占各给一个"):
         replay_wall_time([6.0, 7.0], 10, 4, 1, [2])
     with pytest.raises(ValueError, match=r"restart_s\[1\]"):
         replay_wall_time([6.0, 7.0], 10, 4, 1, [2, -1])
