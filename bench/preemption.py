@@ -29,7 +29,7 @@ median is at most the best interval's third quartile, with whether both grid end
 loss checks after every kill, at least 20 kills. ``results/preemption.png``: E[T], the replays', the measured medians.
 
     python bench/preemption.py                  # 5 intervals x 9 seeds, about 26 minutes on 2 quiet cores
-    python bench/preemption.py --hogs 2         # beside 2 busy loops (preemption_hogs.json), about 55 min (estimated)
+    python bench/preemption.py --hogs 2         # beside 2 busy loops (preemption_hogs.json), about 50 min (15:47 run)
     python bench/preemption.py --seeds 1 --intervals 2 --jobs 1 --json /tmp/p.json   # smoke (no plot)
 """
 from __future__ import annotations
