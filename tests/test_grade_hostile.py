@@ -310,7 +310,11 @@ def test_every_learner_gets_the_score_its_honest_exercises_deserve(graded):
 def test_hostile_rows_say_what_happened(graded):
     g = graded["grades"]
     notes = {k[0]: " | ".join(v.notes) for k, v in g.items() if k[1] == NAME}
-    assert "超过单格时限 6 s(CPU 时间),已中断;重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"]
+    # Stopped by its 6 CPU seconds; beside heavy load (5-7 deep on 2 cores, 3 kernels) the 30 s wall backstop can
+    # come first. Either way the rerun treats the exercise as unfinished. The CPU limit itself is held by
+    # test_grade.py's busy loop (its backstop widened) and test_cell_limits_count_cpu_seconds_not_load.
+    stopped = ("超过单格时限 6 s(CPU 时间),已中断", "墙钟时间超过 30 s(单格 CPU 时限 6 s 的 5 倍,在 sleep 或等待?),已中断")
+    assert any(f"{s};重新运行,练习 1(ex-add) 按未完成处理" in notes["class/loop_early"] for s in stopped)
     assert "墙钟时间超过 30 s" in notes["class/sleeper"] and "重新运行,练习 1(ex-add) 按未完成处理" in notes["class/sleeper"]
     assert "仍不响应中断" in notes["class/loop_swallow"] and "按崩溃处理" in notes["class/loop_swallow"]
     assert "内核在运行 check-add 时退出" in notes["class/dies"] and "超过单格时限" not in notes["class/dies"]
