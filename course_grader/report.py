@@ -165,8 +165,9 @@ class Report:
         self.done.add(grade.key)
 
     def write_files(self, findings: list[Finding]) -> None:
-        write_rows(_sibling(self.path, ".files.csv"), FILE_COLUMNS, ({"path": safe_field(x.path), "learner":
-                   safe_field(x.learner), "status": x.status, "reason": safe_field(x.reason)} for x in findings))
+        write_rows(_sibling(self.path, ".files.csv"), FILE_COLUMNS,
+                   ({"path": safe_field(x.path), "learner": safe_field(x.learner), "status": x.status,
+                     "reason": safe_field(x.reason)} for x in findings))
 
     def finish(self, grades: list[Grade]) -> None:
         """Close the row files; write the pass rates and one feedback file per learner."""

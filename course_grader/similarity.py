@@ -210,7 +210,8 @@ def summary(rows: list[SimilarityRow], limit: int = 20) -> str:
     """The terminal summary: how many pairs were compared and the flagged ones, for a person to look at."""
     pairs = {(r.learner, r.other) for r in rows}
     flagged = [r for r in ranked(rows) if r.flagged]
-    head = f"相似度: 比较了 {len(pairs)} 对, {len(flagged)} 行达到阈值 {THRESHOLD:.2f} (只供人工查看, 不自动判零)"
+    head = (f"相似度: 比较了 {len(pairs)} 对, {len(flagged)} 行达到阈值 {THRESHOLD:.2f} "
+            f"(只供人工查看, 不自动判零)")
     lines = [head] + [f"  {safe_field(r.learner, 80)} ~ {safe_field(r.other, 80)}  {safe_field(r.script, 80)}  "
                       f"{r.score:.2f} (共享 {r.shared} / {min(r.prints, r.other_prints)} 段)"
                       + (f"  {r.note}" if r.note else "") for r in flagged[:limit]]
@@ -231,8 +232,12 @@ class Block:
 
 def _normalised(source: str, skip: frozenset[str]) -> list[tuple[int, str]]:
     """(line index, normalised text) of the lines that carry code of the learner's own."""
-    lines = ((index, " ".join(tokens(line.strip())[0])) for index, line in enumerate(source.splitlines()))
-    return [(index, text) for index, text in lines if text and text not in skip]
+    out = []
+    for index, line in enumerate(source.splitlines()):
+        text = " ".join(tokens(line.strip())[0])
+        if text and text not in skip:
+            out.append((index, text))
+    return out
 
 
 def matched_blocks(a: str, b: str, baseline: str = "", min_lines: int = 3, limit: int = 6) -> list[Block]:
