@@ -130,12 +130,8 @@ def _log(home: Path, repo: Path, rev: str) -> list[Commit]:
     """The first-parent line of ``rev``, newest first."""
     out = _git(home, repo, "log", "--first-parent", "--no-show-signature", "-z", "--format=%H%x1f%s",
                f"--max-count={_MAX_COMMITS}", rev, "--", what="读取提交历史")
-    commits = []
-    for record in out.split(b"\0"):
-        if record.strip():
-            sha, _, subject = record.decode("utf-8", "replace").strip("\n").partition("\x1f")
-            commits.append(Commit(sha, sha[:7], subject[:200]))
-    return commits
+    records = (r.decode("utf-8", "replace").strip("\n").partition("\x1f") for r in out.split(b"\0") if r.strip())
+    return [Commit(sha, sha[:7], subject[:200]) for sha, _, subject in records]
 
 
 def _batch_check(home: Path, repo: Path | None, queries: list[str], cwd_course: Path | None = None) -> list[str]:

@@ -133,13 +133,6 @@ async def _drain(channel, handle, budget: int = 500) -> None:
         handle(await channel.get_msg(timeout=0))
 
 
-def _over(box: KernelBox, cpu_start: float, cell_timeout: float, wall_end: float, budget: Budget, now: float) -> str:
-    """Which limit the running cell has passed, if any: the notebook's before the cell's, CPU before wall."""
-    used = box.cpu_seconds()
-    return budget.over(used, now) or ("timeout" if used - cpu_start >= cell_timeout else
-                                      "wall" if now >= wall_end else "")
-
-
 async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout: float, budget: Budget,
                    grace: float) -> CellResult:
     start = time.monotonic()
@@ -154,7 +147,9 @@ async def _execute(km, kc, box: KernelBox, index: int, source: str, cell_timeout
         now = time.monotonic()
         if interrupted is None and now >= next_look:  # the clock costs a read: once per _POLL
             next_look = now + _POLL
-            reason = _over(box, cpu_start, cell_timeout, wall_end, budget, now)
+            used = box.cpu_seconds()   # the limit passed, if any: the notebook's before the cell's, CPU before wall
+            reason = budget.over(used, now) or ("timeout" if used - cpu_start >= cell_timeout else
+                                                "wall" if now >= wall_end else "")
             if reason:  # ask the kernel to stop the cell; give it `grace` seconds
                 interrupted = now
                 await km.interrupt_kernel()

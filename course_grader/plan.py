@@ -58,12 +58,8 @@ def references(solutions: Path) -> tuple[list[Path], dict[str, nbformat.Notebook
     """Every ``NN_*.ipynb`` in ``solutions`` and the released copies of those with check cells; a malformed
     reference raises :class:`AuthoringError` (a grading run must not start on one)."""
     paths = sorted(p for p in Path(solutions).glob(NOTEBOOK_GLOB) if p.is_file())
-    graded = {}
-    for path in paths:
-        released = learner_notebook(nbformat.read(path, as_version=4), path.name)
-        if any(tagged(c, CHECK) for c in released.cells):
-            graded[path.name] = released
-    return paths, graded
+    released = {path.name: learner_notebook(nbformat.read(path, as_version=4), path.name) for path in paths}
+    return paths, {name: nb for name, nb in released.items() if any(tagged(c, CHECK) for c in nb.cells)}
 
 
 def read_notebook(path: Path) -> nbformat.NotebookNode:

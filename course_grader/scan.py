@@ -246,11 +246,9 @@ def scan(source: str) -> list[Flag]:
         return []
     scanner = _Scanner()
     scanner.visit(tree)
-    by_line: dict[int, list[str]] = {}
+    by_line: dict[int, dict[str, None]] = {}   # each line's reasons, once each, in order
     for line, reason in scanner.flags:
-        reasons = by_line.setdefault(line, [])
-        if reason not in reasons:
-            reasons.append(reason)
+        by_line.setdefault(line, {})[reason] = None
     return [Flag(line, (lines[line - 1].strip() if 0 < line <= len(lines) else "")[:120], ";".join(reasons))
             for line, reasons in sorted(by_line.items())]
 

@@ -232,12 +232,8 @@ class Block:
 
 def _normalised(source: str, skip: frozenset[str]) -> list[tuple[int, str]]:
     """(line index, normalised text) of the lines that carry code of the learner's own."""
-    out = []
-    for index, line in enumerate(source.splitlines()):
-        text = " ".join(tokens(line.strip())[0])
-        if text and text not in skip:
-            out.append((index, text))
-    return out
+    lines = ((index, " ".join(tokens(line.strip())[0])) for index, line in enumerate(source.splitlines()))
+    return [(index, text) for index, text in lines if text and text not in skip]
 
 
 def matched_blocks(a: str, b: str, baseline: str = "", min_lines: int = 3, limit: int = 6) -> list[Block]:
