@@ -111,12 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, default=None, help="CSV to write; the other files go next to it (above)")
     p.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="reference notebooks (default: solutions/)")
     d = Options()
-    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout,
-                   help=f"CPU seconds per cell; a cell that sleeps is stopped after {WALL_FACTOR}x this in wall time "
-                        f"(default {d.cell_timeout:g})")
-    p.add_argument("--timeout", type=float, default=d.timeout,
-                   help=f"hard limit per notebook in CPU seconds, all reruns included; {WALL_FACTOR}x this in wall time "
-                        f"at most (default {d.timeout:g})")
+    p.add_argument("--cell-timeout", type=float, default=d.cell_timeout, help=f"CPU seconds per cell; a cell that "
+                   f"sleeps is stopped after {WALL_FACTOR}x this in wall time (default {d.cell_timeout:g})")
+    p.add_argument("--timeout", type=float, default=d.timeout, help=f"hard limit per notebook in CPU seconds, all "
+                   f"reruns included; {WALL_FACTOR}x this in wall time at most (default {d.timeout:g})")
     p.add_argument("--jobs", type=int, default=d.jobs, help=f"notebooks graded at the same time (default {d.jobs})")
     p.add_argument("--shard", type=_shard_arg, default=None, help="K/N: grade only the K-th of N parts of the learners")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --report, grade the rest")

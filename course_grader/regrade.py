@@ -186,7 +186,6 @@ def finish(report: Path, grades: list[Grade], settings: dict) -> str:
     from course_grader.html_report import html_table
 
     shown = {"1": "✅", "0": "❌", "": "-"}
-    table = html_table(["学员", "notebook", "检查", "原来", "现在", "印记的变化"],
-                       [[r["learner"], r["notebook"], r["check"], shown[r["old"]], shown[r["new"]], r["changed"]]
-                        for r in rows])
+    table = html_table(["学员", "notebook", "检查", "原来", "现在", "印记的变化"], [[r["learner"], r["notebook"], r["check"],
+                       shown[r["old"]], shown[r["new"]], r["changed"]] for r in rows])
     return f"<h2 id=\"regrade\">重新批改: 结论改变的检查({len(rows)} 行)</h2>\n{table}"

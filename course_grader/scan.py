@@ -51,10 +51,8 @@ _ATTRS = {"__globals__": "访问函数的全局变量(__globals__)", "__dict__":
           **dict.fromkeys(("input_transformers_cleanup", "input_transformers_post"), "修改 IPython 输入转换器"),
           **dict.fromkeys(("set_custom_exc", "showtraceback", "_showtraceback", "CustomTB"), "修改 IPython 异常处理"),
           "ast_transformers": "修改 IPython AST 转换器", "user_ns": "访问 IPython 命名空间", "run_cell": "操作 IPython 内核"}
-_NAMES = {
-    "get_ipython": "操作 IPython 内核(get_ipython)", "__builtins__": "修改内置函数(__builtins__)",
-    "globals": "修改全局命名空间(globals())", "vars": "读取对象字典(vars())",
-}
+_NAMES = {"get_ipython": "操作 IPython 内核(get_ipython)", "__builtins__": "修改内置函数(__builtins__)",
+          "globals": "修改全局命名空间(globals())", "vars": "读取对象字典(vars())"}
 # modules whose attributes are flagged at any depth when assigned
 _PATCHED = set(_MODULES) | {"sys", "os"}
 _DYNAMIC = {"exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "hasattr"}

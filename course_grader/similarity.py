@@ -210,8 +210,7 @@ def summary(rows: list[SimilarityRow], limit: int = 20) -> str:
     """The terminal summary: how many pairs were compared and the flagged ones, for a person to look at."""
     pairs = {(r.learner, r.other) for r in rows}
     flagged = [r for r in ranked(rows) if r.flagged]
-    head = (f"相似度: 比较了 {len(pairs)} 对, {len(flagged)} 行达到阈值 {THRESHOLD:.2f} "
-            f"(只供人工查看, 不自动判零)")
+    head = f"相似度: 比较了 {len(pairs)} 对, {len(flagged)} 行达到阈值 {THRESHOLD:.2f} (只供人工查看, 不自动判零)"
     lines = [head] + [f"  {safe_field(r.learner, 80)} ~ {safe_field(r.other, 80)}  {safe_field(r.script, 80)}  "
                       f"{r.score:.2f} (共享 {r.shared} / {min(r.prints, r.other_prints)} 段)"
                       + (f"  {r.note}" if r.note else "") for r in flagged[:limit]]

@@ -164,8 +164,7 @@ def _head(sub: Submission, runner: _Runner) -> tuple[Path, str]:
         return sub.head, ""
     if digest(sub.head) == digest(runner.folder(history.head)):
         return runner.folder(history.head), history.head.sha
-    sub.grade.notes.append(f"工作区的脚本与最后一次提交 {history.head.short} 不同: 分数按工作区的脚本;"
-                           "提交历史只用于检查提交纪律")
+    sub.grade.notes.append(f"工作区的脚本与最后一次提交 {history.head.short} 不同: 分数按工作区的脚本;提交历史只用于检查提交纪律")
     return sub.head, ""
 
 

@@ -88,9 +88,8 @@ def kernel_env(home: str, tmp: str, threads: int = 0) -> dict[str, str]:
     env = quiet_environ({}, override=True)  # COURSE_FAST=1, wandb offline
     env.update({"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
                 "HOME": home, "TMPDIR": tmp, "IPYTHONDIR": os.path.join(tmp, ".ipython"), "LANG": "C.UTF-8",
-                "LC_ALL": "C.UTF-8",
-                "MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONNOUSERSITE": "1", "JUPYTER_PLATFORM_DIRS": "1",
+                "LC_ALL": "C.UTF-8", "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "JUPYTER_PLATFORM_DIRS": "1",
                 "PYTHONPATH": os.pathsep.join(str(p) for p in package_roots())})
     if threads:
         env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
@@ -276,8 +275,7 @@ class ScriptBox:
             proc.sandbox.look()  # without a cgroup, what the sandbox's processes are
             if folder_size(folder, self.limits.disk) > self.limits.disk:
                 proc.sandbox.end()
-                line = (f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),"
-                        f"已终止整个沙箱")
+                line = f"评分器: 运行目录写入超过 {self.limits.disk / MiB:.0f} MiB(检查点和日志远小于此),已终止整个沙箱"
                 self.killed.append(line)
                 with contextlib.suppress(OSError, ValueError):
                     log.write(f"\n{line}\n")
