@@ -36,9 +36,8 @@ from course_grader.report import (Grade, by_learner, counted, feedback_names, le
 from course_grader.similarity import OVERALL, SIMILARITY_COLUMNS, Block, SimilarityRow, matched_blocks, ranked
 from course_grader.upgrades import upgrade_label
 
-__all__ = ["REPRODUCE", "Guide", "check_guide", "SimilarPair", "similar_pairs", "read_similar_pairs", "CheckRow",
-           "discrimination", "check_rows", "figure_uri", "score_chart", "chart_label", "pass_rate_chart", "html_table",
-           "class_page", "feedback_page", "write_pages"]
+__all__ = ["REPRODUCE", "Guide", "check_guide", "SimilarPair", "similar_pairs", "CheckRow", "discrimination",
+           "check_rows", "chart_label", "html_table", "write_pages"]
 
 _HEAD = ("<!DOCTYPE html>\n<html lang=\"zh-CN\"><head><meta charset=\"utf-8\">"
          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "

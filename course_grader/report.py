@@ -23,9 +23,8 @@ from course_grader.collect import Finding
 from course_grader.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "row_columns",
-           "step_columns", "write_rows", "read_rows", "Report", "load_report", "merge_reports",
-           "by_learner", "learner_scores", "percent", "counted", "pass_rates", "pass_rate_table", "feedback_names",
-           "feedback_markdown", "table"]
+           "write_rows", "read_rows", "Report", "load_report", "merge_reports", "by_learner", "learner_scores",
+           "percent", "counted", "pass_rates", "pass_rate_table", "feedback_names", "table"]
 
 COLUMNS = ("learner", "notebook", "passed", "total", "score", "commits", "review", "notes")
 CHECK_COLUMNS = ("learner", "notebook", "check", "passed", "message")

@@ -21,16 +21,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-# ``_bwrap_args``: the name the tests and :func:`_probe` use for the mounts' command line
-from course_grader.sandbox.boxes import (KERNEL_NAME, SANDBOX_CWD, SANDBOX_HOME, KernelBox, ScriptBox,
-                                         bwrap_args as _bwrap_args, course_packages, folder_size, kernel_env,
-                                         package_roots, readonly_paths)
-from course_grader.sandbox.procs import (GiB, MiB, Cgroup, Limits, SandboxPopen, SandboxProcesses, alive, launch_config,
-                                        launcher_command)
+# ``_bwrap_args``: the name the tests use for the mounts' command line
+from course_grader.sandbox.boxes import (SANDBOX_CWD, SANDBOX_HOME, KernelBox, ScriptBox, box_command,
+                                         bwrap_args as _bwrap_args, course_packages, kernel_env, readonly_paths)
+from course_grader.sandbox.procs import GiB, MiB, Cgroup, Limits, SandboxPopen, alive
 
-__all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "INSTALL_HINT", "KERNEL_NAME", "SANDBOX_CWD", "SANDBOX_HOME",
-           "package_roots", "readonly_paths", "kernel_env", "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox",
-           "ScriptBox", "SandboxPopen", "SandboxProcesses", "folder_size"]
+__all__ = ["GiB", "MiB", "Limits", "SandboxUnavailable", "SANDBOX_CWD", "readonly_paths", "kernel_env",
+           "check_available", "private_prefix", "private_dir", "Cgroup", "KernelBox", "ScriptBox", "SandboxPopen"]
 
 INSTALL_HINT = ("请先安装 bubblewrap: Debian/Ubuntu `sudo apt-get install bubblewrap`,Fedora `sudo dnf install "
                 "bubblewrap`,Arch `sudo pacman -S bubblewrap`")
@@ -44,9 +41,8 @@ _AVAILABLE: dict[Limits, str] = {}
 
 
 def _probe(limits: Limits, command: list[str]) -> subprocess.CompletedProcess:
-    argv = ["bwrap", *_bwrap_args(limits, kernel_env(SANDBOX_HOME, "/tmp"), []), "--", *command]
-    return subprocess.run(launcher_command(launch_config(limits, None, None), argv), capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(box_command(limits, kernel_env(SANDBOX_HOME, "/tmp"), command), capture_output=True,
+                          text=True, timeout=120)
 
 
 def _detail(out: subprocess.CompletedProcess) -> str:
