@@ -85,19 +85,13 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
     if item.path is None:
         sub.unrun([upgrade_label(u) for u in UPGRADES], "未提交作业")
         return sub
-    scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
+    sub.scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
     try:
-        _grade(item, setup, sandbox, scratch, sub)
+        asyncio.run(run_steps(HOMEWORK_STEPS, sub))   # plain functions, in this (worker) thread's own event loop
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(sub.scratch, ignore_errors=True)
     sub.finish()
     if not sub.final and setup.require_commits and grade.commits.startswith("不合格"):
         grade.notes.append(f"--require-commits: 提交纪律不合格,作业记 0 分(检查本身通过 {grade.passed} 个)")
         grade.passed = 0
     return sub
-
-
-def _grade(item: Item, setup: HomeworkSetup, sandbox: bool, scratch: Path, sub: Submission) -> None:
-    """The homework's steps, in ``scratch`` (``item``, ``setup`` and ``sandbox`` are ``sub``'s)."""
-    sub.scratch = scratch
-    asyncio.run(run_steps(HOMEWORK_STEPS, sub))   # plain functions, in this (worker) thread's own event loop

@@ -482,14 +482,14 @@ def test_require_commits_changes_the_score_only_when_asked(tmp_path, monkeypatch
     from course_grader.collect import Item
     from course_grader.report import CheckOutcome
 
-    def graded(item, setup, use_sandbox, scratch, result, verdict):
+    async def graded(steps, result, verdict):
         result.grade.checks = [CheckOutcome(grade_homework.upgrade_label(u), True) for u in nb10_homework.UPGRADES]
         result.grade.commits = verdict
 
     item = Item("ann", Path(NOTEBOOK), tmp_path, form="bundle")
     for verdict, required, score in (("不合格: 升级 1+2 在同一提交", False, 5), ("不合格: 升级 1+2 在同一提交", True, 0),
                                      ("合格: 5 个升级各自一个提交, 顺序正确", True, 5), ("无历史 (普通文件夹, 不计)", True, 5)):
-        monkeypatch.setattr(grade_homework, "_grade", lambda *a, v=verdict: graded(*a, v))
+        monkeypatch.setattr(grade_homework, "run_steps", lambda *a, v=verdict: graded(*a, v))
         setup = grade_homework.HomeworkSetup(tmp_path, tmp_path, require_commits=required)
         result = grade_homework.grade_homework(item, setup, sandbox=True, private=tmp_path)
         assert result.grade.passed == score, (verdict, required)
