@@ -109,14 +109,10 @@ def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.Notebo
         if slots[k] is None and remaining:
             slots[k], by_order = remaining.pop(0), by_order + 1
     notes = []
-    too_long = []
-    for k, (cell, hit) in enumerate(zip(ref_ex, slots)):
-        if hit is not None:
-            source = cell_source(hit)
-            if len(source) > _MAX_SOURCE:
-                too_long.append(k + 1)
-            else:
-                cell.source = source
+    too_long = [k + 1 for k, hit in enumerate(slots) if hit is not None and len(cell_source(hit)) > _MAX_SOURCE]
+    for cell, hit in zip(ref_ex, slots):
+        if hit is not None and len(cell_source(hit)) <= _MAX_SOURCE:
+            cell.source = cell_source(hit)
     missing = [k + 1 for k, s in enumerate(slots) if s is None]
     n_sub = sum(tagged(c, EXERCISE) for c in sub_code)
     if by_name or by_order or missing or n_sub != len(ref_ex):

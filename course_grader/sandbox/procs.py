@@ -124,8 +124,8 @@ class Cgroup:
                     return None
                 made.append(own / name)
                 made[-1].mkdir()
-                settings = {"memory.max": limits.resident or limits.memory, "memory.swap.max": 0,
-                            "pids.max": limits.pids}
+                settings = {made[0] / "memory.max": limits.resident or limits.memory,
+                            made[0] / "memory.swap.max": 0, made[0] / "pids.max": limits.pids}
                 cpu = made[0] / "cpu.stat"   # always there in v2, with or without the cpu controller
             else:  # v1: one hierarchy per controller
                 where = {}
@@ -141,10 +141,9 @@ class Cgroup:
                     if controller in where and (root / controller).is_dir():
                         made.append(root / controller / where[controller] / name)
                         made[-1].mkdir()
-                        settings[str(made[-1] / key)] = value
+                        settings[made[-1] / key] = value
                 cpu = cls._cpuacct(root, where.get("cpuacct"), name, made)
-            for key, value in settings.items():
-                target = Path(key) if os.path.isabs(key) else made[0] / key
+            for target, value in settings.items():
                 if target.exists():
                     target.write_text(str(value))
             return cls(made, [d / "cgroup.procs" for d in made], cpu)
