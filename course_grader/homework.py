@@ -57,9 +57,8 @@ class HomeworkSetup:
         return cls(reference, root / HOMEWORK, root if (root / ".git").exists() else None, **kw)
 
     def reference_scripts(self) -> dict[str, dict[str, str]]:
-        """The references a learner's scripts are compared with, by name (:data:`REFERENCE`: the reference
-        answer, same file names; :data:`PRO_REFERENCE`: ``train_cifar_pro.py``, standing for ``train_cifar.py``),
-        each mapping the LEARNER's file name to the reference's text; a reference with no file is left out."""
+        """The references of :func:`~course_grader.similarity.pair_rows` (``train_cifar_pro.py`` stands for the
+        learner's ``train_cifar.py``); a reference with no file is left out."""
         names = dict.fromkeys(n for u in UPGRADES for n in u.scripts)
         paths = {REFERENCE: {name: self.reference / name for name in names},
                  PRO_REFERENCE: {TRAIN: self.reference / "train_cifar_pro.py"}}

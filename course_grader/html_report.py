@@ -1,13 +1,11 @@
 """The class report as pages: ``grades.html`` beside ``grades.csv``, and an HTML feedback page per learner.
 
-``grades.html``: score distribution, pass rates with discrimination, rows for review, similar pairs with their
-shared lines, commit verdicts, the steps' sections, the learners. A learner's page: each failed check with its
-message, hint tier 1 (:class:`Guide`; it names the concept, never the answer) and how to reproduce.
-Pitfall: everything a learner controls is untrusted: all text is escaped, file names come from
-``feedback_names``, plots are ``data:`` images (drawn without pyplot) and a Content-Security-Policy forbids scripts
-and any fetch. Discrimination: the point-biserial correlation between passing a check and the learner's rest score
-(their other checks); near 0 it says nothing, negative: look at the check; None when all or none passed or under 3
-learners; in a small class it is noisy: the page shows the count beside it.
+A learner's hint (:class:`Guide`) names the concept, never the answer. Pitfall: everything a learner controls is
+untrusted: all text is escaped, file names come from ``feedback_names``, plots are ``data:`` images (drawn without
+pyplot) and a Content-Security-Policy forbids scripts and any fetch. Discrimination: the point-biserial correlation
+between passing a check and the learner's rest score (their other checks); near 0 it says nothing, negative: look
+at the check; None when all or none passed or under 3 learners; in a small class it is noisy: the page shows the
+count beside it.
 
 Example::
 

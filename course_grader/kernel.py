@@ -3,9 +3,8 @@
 Outcomes come from the execute reply and IOPub ``error`` messages, never from files the kernel could write.
 Limits count CPU seconds of the whole sandbox (``KernelBox.cpu_seconds``), so a busy machine fails no honest
 cell; a wall-clock backstop of ``WALL_FACTOR`` x the limit stops code that sleeps. A cell ends ``ok``/``error``,
-or the run stops: ``timeout``/``wall`` (interrupted by a message, ``interrupt_mode: message``), ``unresponsive``
-(still running ``grace`` s later: killed), ``dead``, ``deadline``/``deadline_wall`` (the notebook's
-:class:`Budget`) or ``abuse`` (writes into its connection folder). Why not nbval or nbclient: nbval's TCP kernels
+or the run stops: ``timeout``/``wall`` (interrupted), ``unresponsive`` (still running ``grace`` s later: killed),
+``dead``, ``deadline``/``deadline_wall`` (:class:`Budget`) or ``abuse``. Why not nbval or nbclient: nbval's TCP kernels
 are unreachable in a network namespace and it waits a whole timeout on a dead kernel; nbclient keeps waiting on
 a kernel that ignores the interrupt. :func:`step` reruns with the offending exercise stubbed, once per exercise.
 

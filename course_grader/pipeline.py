@@ -110,9 +110,8 @@ def _check_hidden(paths: list[Path]) -> None:
 def grade_all(submissions: list[Path], solutions: Path = ROOT / "solutions", options: Options | None = None,
               report: Path | None = None, shard: tuple[int, int] | None = None, resume: bool = False,
               verbose: bool = True, only: frozenset[str] | None = None) -> list[Grade]:
-    """Grade every learner x graded notebook under ``submissions``, writing rows to ``report`` as they finish.
-    ``only``: grade these learners again, keep the report's other rows. Raises :class:`SandboxUnavailable` (unless
-    ``options.sandbox`` is False) and :class:`UnknownLearner` (a name in ``only`` no submission has)."""
+    """The class run (see the module docstring); ``only``: grade these learners again, keep the report's other rows.
+    Raises :class:`SandboxUnavailable` (unless ``options.sandbox`` is False) and :class:`UnknownLearner`."""
     options = options or Options()
     paths, released = references(Path(solutions))
     setup = HomeworkSetup.for_solutions(Path(solutions), require_commits=options.require_commits,

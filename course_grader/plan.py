@@ -1,8 +1,5 @@
-"""The notebook the grader runs: the released reference with the learner's exercise sources put in.
-
-:func:`merge_exercises` takes every cell from the reference except the exercises' sources, so a learner's edit of
-a check cell changes nothing; :func:`make_plan` adds the checks, their exercises, stubs, outside-scored checks
-and the scan's flags.
+"""The notebook the grader runs (:class:`Plan`): the released reference with only the learner's exercise sources
+put in (:func:`merge_exercises`), so a learner's edit of a check cell changes nothing.
 
 Example::
 

@@ -1,7 +1,6 @@
 """The grader's CSV reports: rows appended as each notebook finishes, shard merging, pass rates, feedback.
 
-``--report grades.csv`` writes ``grades.csv`` (:func:`row_columns`; flushed per row, so ``--resume`` goes on after
-an interruption), ``.checks.csv``, ``.files.csv``, ``.pass_rate.csv`` and ``grades_feedback/<learner>.md``.
+The files are those the package's ``--help`` lists; each row is flushed, so ``--resume`` goes on after an interruption.
 Pitfall: every field is untrusted: :func:`safe_field` makes it one line and puts ``'`` before a leading
 ``= + - @`` (or tab, CR), so a spreadsheet shows text instead of running a formula.
 
@@ -191,8 +190,7 @@ def by_learner(grades: list[Grade]) -> dict[str, list[Grade]]:
 
 
 def learner_scores(grades: list[Grade], only: Callable[[Grade], bool] | None = None) -> dict[str, tuple[int, int]]:
-    """learner -> (checks passed, checks in total) over all their rows (``only``: the rows it keeps), as the
-    feedback's 总分 counts them."""
+    """learner -> (checks passed, checks in total) over their rows that ``only`` keeps (default: all), as 总分 counts."""
     return {name: (sum(g.passed for g in rows), sum(g.total for g in rows))
             for name, rows in by_learner([g for g in grades if only is None or only(g)]).items()}
 

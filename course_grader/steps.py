@@ -97,7 +97,6 @@ async def run_steps(steps: tuple[Step, ...], sub: Submission) -> Submission:
 
 
 def hooks(name: str) -> dict[str, Any]:
-    """Short module name -> the attribute ``name`` of each step module (both lists', each once, in order) that
-    defines it."""
+    """Short module name -> attribute ``name`` of each step module that defines it (both lists', once, in order)."""
     modules = dict.fromkeys(sys.modules[s.__module__] for s in NOTEBOOK_STEPS + HOMEWORK_STEPS)
     return {m.__name__.rsplit(".", 1)[1]: getattr(m, name) for m in modules if hasattr(m, name)}

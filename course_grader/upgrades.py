@@ -100,8 +100,7 @@ class _Runner:
         return (commit if upgrade.check is check_config else digest(folder), upgrade.number)
 
     def at(self, upgrade: Upgrade, commit: Commit) -> bool:
-        """Whether ``upgrade``'s check passes at ``commit``: run once per content (the scripts' bytes; for
-        upgrade 1, whose check reads the commit itself, per commit)."""
+        """Whether ``upgrade``'s check passes at ``commit``, run once per :meth:`content`."""
         key = (commit.sha, upgrade.number)
         if key not in self.memo:
             try:

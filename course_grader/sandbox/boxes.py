@@ -1,6 +1,5 @@
-"""The two sandboxes learner code runs in: a notebook's kernel (:class:`KernelBox`) and a homework script run
-(:class:`ScriptBox`, the homework checks' launcher); both start through :func:`box_command`, with their mounts
-and environment from :func:`bwrap_args` and :func:`kernel_env`: what learner code can see.
+"""The two sandboxes (:class:`KernelBox`, :class:`ScriptBox`), both started by :func:`box_command`, and what learner
+code can see in them: the mounts (:func:`bwrap_args`) and the environment (:func:`kernel_env`).
 
 The root is an empty tmpfs, remounted read-only, with only :func:`readonly_paths` bound read-only: ``/usr``, a few
 files of ``/etc`` (no ``shadow``, no keys), Python, the venv and the course packages the GRADER imported (never
@@ -230,12 +229,10 @@ def folder_size(folder: Path, limit: int) -> int:
 
 @dataclass
 class ScriptBox:
-    """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner.
-
-    Each call runs a script in its own sandbox: ``scripts`` appear at their real path as a private tmpfs holding
-    their files read-only (what a script writes beside itself vanishes), ``readable`` read-only, ``writable`` (the
-    run's folder) read-write, nothing else of the host; a watcher kills the sandbox past ``limits.disk`` and says so
-    in the log. ``sandbox=False``: no bwrap (trusted scripts, ``bench/grading.py``'s baseline)."""
+    """The homework checks' launcher (``Launcher`` in :mod:`course_tools.checks.nb10_homework`) for one learner:
+    each call runs a script in its own sandbox (:func:`bwrap_args`: what a script writes beside itself vanishes), its
+    run's folder writable; a watcher kills the sandbox past ``limits.disk`` and says so in the log.
+    ``sandbox=False``: no bwrap (trusted scripts, ``bench/grading.py``'s baseline)."""
 
     scripts: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()

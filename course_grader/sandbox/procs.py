@@ -276,9 +276,8 @@ class SandboxProcesses:
 
 
 class SandboxPopen(subprocess.Popen):
-    """One :class:`~course_grader.sandbox.boxes.ScriptBox` run: ``cpu_seconds()`` of its whole sandbox, and a
-    ``wait()`` that returns once every process of it has ended (a check's ``os.killpg`` reaches the outer bwrap
-    only). ``info``: the pipe whose write end bwrap got as ``--info-fd``; the inner pid read from it is remembered."""
+    """One :class:`~course_grader.sandbox.boxes.ScriptBox` run (see the module docstring): ``cpu_seconds()`` of its
+    whole sandbox, and a ``wait()`` that returns once all its processes have ended; ``info``: the ``--info-fd`` pipe."""
 
     def __init__(self, args: list[str], *, cgroup: Cgroup | None, info: tuple[int, int] | None = None,
                  **kwargs) -> None:
