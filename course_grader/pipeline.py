@@ -99,10 +99,9 @@ def _shard(items: list[Item], findings: list[Finding], shard: tuple[int, int] | 
 
 
 def _check_hidden(paths: list[Path]) -> None:
-    visible = readonly_paths()
     for path in paths:
         resolved = Path(path).resolve()
-        for bound in visible:
+        for bound in readonly_paths():   # cached
             if resolved == bound or bound in resolved.parents:
                 raise SandboxUnavailable(f"{path} 位于沙箱可见的目录 {bound} 里,学员代码能读到它;请把它移到别处")
 
