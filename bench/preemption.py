@@ -51,12 +51,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, header, machine_info, spread, write_json  # noqa: E402
+from preemption_checks import check_against, trajectory  # noqa: E402
 from preemption_report import plot, report  # noqa: E402
 from resume_cost import bench_env, measure, restart_tax  # noqa: E402
 
 from course_utils.estimate_ckpt import (expected_segment_time, expected_wall_time, replay_wall_time,  # noqa: E402
                                         young_interval)
-from course_utils.monitor import read_metrics  # noqa: E402
 
 SCRIPT = REPO / "solutions" / "homework" / "train_cifar_pro.py"
 EPOCH_STEPS, EPOCHS, BATCH, FRACTION, WIDTH = 1200, 3, 4, 0.96, 16  # 4,800 of the 5,000 COURSE_FAST images // batch 4
@@ -106,6 +106,17 @@ def run_process(command: list[str], out: Path, env: dict, log, job_start: float,
     return {"start_s": since, "first_step_s": first, "killed_at_s": None, "code": proc.returncode}
 
 
+def first_starts(runs: list[dict]) -> list[float]:
+    """Each run's time from its first start to its first step (a run killed before one is left out)."""
+    return [x["starts"][0]["first_step_s"] for x in runs if x["starts"][0]["first_step_s"] is not None]
+
+
+def restart_times(jobs: list[dict]) -> list[float]:
+    """Seconds from each kill to the restarted process's first step (runs stored before cc7efc5: from its start)."""
+    return [s["first_step_s"] + s["start_s"] - k["killed_at_s"] if "start_s" in s else s["first_step_s"]
+            for x in jobs for k, s in zip(x["starts"], x["starts"][1:]) if s["first_step_s"] is not None]
+
+
 def run_job(out: Path, extra: list[str], kills: list[float], env: dict, timeout_s: float) -> dict:
     """Run the script in ``out`` until it exits 0, SIGKILLed at ``kills`` and restarted with --resume each time."""
     command = [sys.executable, str(SCRIPT), "--out", str(out), *ARGS, *extra, "--resume"]
@@ -136,20 +147,6 @@ def keep_busy(out: Path, env: dict, done: threading.Event) -> None:
             proc.wait()
 
 
-def trajectory(out: Path) -> dict:
-    """The run's ledger and losses: {"steps": {step: indices}, "replays_differ": n, "losses": [...], "eval": {...}}."""
-    steps: dict[int, list[int]] = {}
-    differ = 0
-    for record in read_metrics(out / "sample_ledger.jsonl"):  # every executed step, abandoned ones included
-        indices = record["indices"][0]
-        differ += record["step"] in steps and steps[record["step"]] != indices
-        steps[record["step"]] = indices  # the last execution of a step is the surviving trajectory's
-    metrics = read_metrics(out / "metrics.jsonl")
-    losses = [(r["step"], r["loss"]) for r in metrics if r.get("split") == "train"]
-    evals = [{k: r[k] for k in ("step", "loss", "acc", "loss_ema", "acc_ema")} for r in metrics if r.get("split") == "val"]
-    return {"steps": steps, "replays_differ": differ, "losses": losses, "eval": evals}
-
-
 def prephase(tmp: Path, env: dict, streams: int, log) -> dict:
     """``streams`` side by side: R's parts, then each stream the three MODES in its own order (module docstring, 1.)."""
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
@@ -165,7 +162,7 @@ def prephase(tmp: Path, env: dict, streams: int, log) -> dict:
     restart = {"rows": {k: [x for m in tax for x in m["rows"][k]] for k in tax[0]["rows"]},
                "parts": [p for m in tax for p in m["parts"]], "step_s": [x for m in tax for x in m["step_s"]]}
     med = {mode: statistics.median(x["wall_s"] for x in v) for mode, v in runs.items()}
-    r0 = statistics.median(x["starts"][0]["first_step_s"] or x["wall_s"] for v in runs.values() for x in v)
+    r0 = statistics.median(first_starts([x for v in runs.values() for x in v]))
     log("  pre-phase medians: " + ", ".join(f"{m} {v:.2f}s" for m, v in med.items()) + f", first step {r0:.2f}s")
     return {"wall_s": {mode: [x["wall_s"] for x in v] for mode, v in runs.items()}, "R0": r0,
             "restart_tax": restart_tax(restart), "restart_runs": restart,
@@ -188,21 +185,19 @@ def model_inputs(plain: dict[str, dict[int, dict]], jobs: list[dict], mtbf: floa
     seeds = sorted(plain["no saves"])
     c = statistics.median((plain["sync saves"][s]["wall_s"] - plain["no saves"][s]["wall_s"]) / EXTRA_SAVES
                           for s in seeds)
-    firsts = [x["starts"][0]["first_step_s"] for x in [*plain["no saves"].values(), *plain["sync saves"].values(), *jobs]]
-    r0 = statistics.median(f for f in firsts if f is not None)
+    firsts = first_starts([*plain["no saves"].values(), *plain["sync saves"].values(), *jobs])
     work = statistics.median(x["wall_s"] - x["starts"][0]["first_step_s"] - EPOCHS * c  # its epoch-end saves
                              for x in plain["no saves"].values())
-    restarts = [s["start_s"] - k["killed_at_s"] + s["first_step_s"] for x in jobs  # from the kill
-                for k, s in zip(x["starts"], x["starts"][1:]) if s["first_step_s"] is not None]
+    restarts = restart_times(jobs)
     r = statistics.median(restarts) - work / STEPS if restarts else float("nan")
     if not (c > 0 and work > 0 and r > 0):
         raise SystemExit(f"the inputs contradict each other, measured in the same runs: C {c:.4f} s (saves minus no "
                          f"saves, per extra save), W {work:.2f} s, R {r:.2f} s ({len(restarts)} restarts reached a "
                          f"step); load average {os.getloadavg()}: too noisy a machine for {len(seeds)} seeds")
     tau_s = young_interval(c, mtbf)
-    return {"M": mtbf, "R0": r0, "R": r, "W": work, "step_s": work / STEPS, "C_sync": c, "tau_s": tau_s,
+    return {"M": mtbf, "R0": statistics.median(firsts), "R": r, "W": work, "step_s": work / STEPS, "C_sync": c, "tau_s": tau_s,
             "tau_steps": tau_s / work * STEPS, "restarts_timed": len(restarts),
-            "R_spread": spread(restarts) if restarts else None, "R0_spread": spread([f for f in firsts if f is not None])}
+            "R_spread": spread(restarts) if restarts else None, "R0_spread": spread(firsts)}
 
 
 def run_all(args: argparse.Namespace, intervals: list[int], mtbf: float, tmp: Path, env: dict, loads: list[float],
@@ -250,19 +245,8 @@ def run_all(args: argparse.Namespace, intervals: list[int], mtbf: float, tmp: Pa
     for k in intervals:
         results[k].sort(key=lambda x: x["seed"])
     reference = paths[(1, "no saves", 0)]
-    checks = [check_against(paths[job], reference) for job in plan]
+    checks = [check_against(paths[job], reference, EPOCH_STEPS, EPOCHS, BATCH) for job in plan]
     return plain, [x for k in intervals for x in results[k]], results, checks
-
-
-def check_against(got: dict, reference: dict) -> dict[str, bool]:
-    """``verify``'s checks on a trajectory already read."""
-    epochs = [[i for step in range(e * EPOCH_STEPS + 1, (e + 1) * EPOCH_STEPS + 1) for i in got["steps"].get(step, [])]
-              for e in range(EPOCHS)]
-    return {"replayed steps saw the same samples": got["replays_differ"] == 0,
-            "each sample once per epoch": sorted(got["steps"]) == list(range(1, STEPS + 1)) and all(
-                len(seen) == len(set(seen)) == EPOCH_STEPS * BATCH for seen in epochs),
-            "same samples as uninterrupted": got["steps"] == reference["steps"],
-            "same losses as uninterrupted": got["losses"] == reference["losses"] and got["eval"] == reference["eval"]}
 
 
 def predict(inputs: dict, tau_s: float) -> float:

@@ -9,7 +9,8 @@ each job from its uninterrupted runs, a first start from its first starts, every
 included. It counts the draws in which some interval misses by over 15%, for the bench's own seeds 1..N at M by the
 bench's rule (``mtbf_rule``: 1.2 epochs of work) and one second either side, and at the run's own M; ``--work-scale``
 gives each job K times the steps (W's spread grows as √K). It chose the bench's size (RESULTS §19) from the runs kept
-in bench/results/: preemption_one_epoch/, preemption_two_epochs/, preemption_three_epochs/.
+in bench/results/ (preemption_one_epoch/, preemption_two_epochs/, preemption_three_epochs/) and reads the current
+ones (preemption.json, preemption_hogs.json) by default too.
 
 Pitfall: it knows only the spread the run measured. Real jobs exceed their replays by a little more: a median of
 1.26 s in the two-epoch run (R then left out the time from a kill to the restart, a median of 0.04 s a kill), 0.3 s
@@ -29,13 +30,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table  # noqa: E402
-from preemption import EPOCH_STEPS, TOLERANCE, choose_intervals, kill_times, mtbf_rule  # noqa: E402
+from preemption import (EPOCH_STEPS, TOLERANCE, choose_intervals, first_starts, kill_times, mtbf_rule,  # noqa: E402
+                        restart_times)
 
 from course_utils.estimate_ckpt import replay_wall_time  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORED = [RESULTS / "preemption_one_epoch" / "quiet.json", RESULTS / "preemption_one_epoch" / "hogs.json",
-          RESULTS / "preemption_two_epochs" / "quiet.json", RESULTS / "preemption_three_epochs" / "quiet.json"]
+          RESULTS / "preemption_two_epochs" / "quiet.json", RESULTS / "preemption_three_epochs" / "quiet.json",
+          RESULTS / "preemption.json", RESULTS / "preemption_hogs.json"]
 
 
 def samples(run: dict) -> dict[str, list[float]]:
@@ -46,14 +49,11 @@ def samples(run: dict) -> dict[str, list[float]]:
     busy = {s: x["wall_s"] - x["starts"][0]["first_step_s"] for s, x in plain["no saves"].items()}
     typical = statistics.median(busy.values())
     jobs = [x for done in measured["jobs"].values() for x in done]
-    restarts = [s["first_step_s"] + s["start_s"] - k["killed_at_s"] if "start_s" in s else s["first_step_s"]
-                for x in jobs for k, s in zip(x["starts"], x["starts"][1:]) if s["first_step_s"] is not None]
     return {"W": [inputs["W"] + b - typical for b in busy.values()],
             "C": [(plain["sync saves"][s]["wall_s"] - x["wall_s"]) / (steps - steps // EPOCH_STEPS)
                   for s, x in plain["no saves"].items()],
-            "R0": [x["starts"][0]["first_step_s"] for x in [*plain["no saves"].values(), *jobs]
-                   if x["starts"][0]["first_step_s"] is not None],
-            "R": [r - inputs["step_s"] for r in restarts]}
+            "R0": first_starts([*plain["no saves"].values(), *plain["sync saves"].values(), *jobs]),
+            "R": [r - inputs["step_s"] for r in restart_times(jobs)]}
 
 
 def scaled(measured: dict[str, list[float]], scale: float) -> dict[str, list[float]]:

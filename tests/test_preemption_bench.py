@@ -88,3 +88,52 @@ def test_noise_alone_makes_seven_seeds_a_lottery_and_nine_much_less(bench):
     assert noise.miss_rate(three, step, 8.0, 7, 60) > 0.1
     assert noise.miss_rate(three, step, 8.0, 9, 60) <= 1 / 60
     assert noise.miss_rate(noise.samples(runs["two"]), runs["two"]["inputs"]["step_s"], 9.0, 5, 60) > 0.05
+
+
+@pytest.mark.parametrize("name", ["preemption", "preemption_hogs"])
+def test_stored_inputs_follow_from_the_stored_measurements_and_the_noise_bench_reads_the_same(bench, name):
+    """The JSON's W, C, R0 and R are what ``model_inputs`` computes from the runs it stores, and the noise bench's
+    samples of R0 and R (``first_starts``, ``restart_times``: one computation for both benches) have those medians."""
+    noise = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
+        "bench_preemption_noise", BENCH / "preemption_noise.py"))
+    spec.loader.exec_module(noise)
+    run = json.loads((BENCH / "results" / f"{name}.json").read_text(encoding="utf-8"))
+    measured = run["measurements"]
+    plain = {mode: {int(seed): x for seed, x in runs.items()} for mode, runs in measured["uninterrupted"].items()}
+    jobs = [x for k in sorted(measured["jobs"], key=int) for x in measured["jobs"][k]]
+    got = bench.model_inputs(plain, jobs, run["inputs"]["M"])
+    assert {k: got[k] for k in ("R0", "R", "W", "C_sync", "restarts_timed")} == {
+        k: run["inputs"][k] for k in ("R0", "R", "W", "C_sync", "restarts_timed")}
+    drawn = noise.samples(run)
+    assert len(drawn["R"]) == got["restarts_timed"] > 100
+    assert all(x["starts"][0]["first_step_s"] in drawn["R0"] for x in plain["sync saves"].values())  # all first starts
+    assert statistics.median(drawn["R0"]) == got["R0"] and statistics.median(drawn["R"]) == pytest.approx(got["R"])
+
+
+def test_criterion_c_catches_each_way_a_resume_can_go_wrong(bench, tmp_path):
+    """preemption_checks on a ledger of 2 epochs x 3 steps x batch 2: the exact one passes every check; a replayed
+    step that saw other samples, a sample seen twice in an epoch, a skipped step and a changed loss each fail theirs."""
+    import preemption_checks as checks
+    order = [[0, 1], [2, 3], [4, 5], [3, 0], [5, 1], [2, 4]]
+
+    def run(name: str, ledger: list[tuple[int, list[int]]], loss_at_4: float = 0.5) -> dict:
+        out = tmp_path / name
+        out.mkdir()
+        (out / "sample_ledger.jsonl").write_text("".join(json.dumps({"step": s, "indices": [i]}) + "\n"
+                                                          for s, i in ledger))
+        (out / "metrics.jsonl").write_text(json.dumps({"split": "train", "step": 4, "loss": loss_at_4}) + "\n")
+        return checks.trajectory(out)
+
+    exact = [(s + 1, order[s]) for s in range(6)]
+    reference = run("reference", exact)
+    verdict = lambda got: checks.check_against(got, reference, 3, 2, 2)  # noqa: E731
+    assert all(verdict(run("resumed", exact[:4] + [(3, order[2])] + exact[3:])).values())  # step 3 replayed alike
+    failed = {name: [k for k, ok in verdict(run(name, ledger, loss)).items() if not ok] for name, ledger, loss in [
+        ("other samples on replay", exact[:3] + [(4, [5, 1])] + exact[3:], 0.5),
+        ("a sample twice", exact[:3] + [(4, [3, 3])] + exact[4:], 0.5),
+        ("a step skipped", exact[:4] + exact[5:], 0.5),
+        ("another loss", exact, 0.25)]}
+    assert failed == {"other samples on replay": ["replayed steps saw the same samples"],
+                      "a sample twice": ["each sample once per epoch", "same samples as uninterrupted"],
+                      "a step skipped": ["each sample once per epoch", "same samples as uninterrupted"],
+                      "another loss": ["same losses as uninterrupted"]}
