@@ -192,8 +192,7 @@ def score_chart(grades: list[Grade]) -> str:
 
 
 def chart_label(k: int, row: CheckRow) -> str:
-    """``#3 01_amp check-amp-step``, ``#1 10_homework upgrade 2``: the check named in ASCII (the plots have no CJK
-    font), numbered as the page's table."""
+    """``#3 01_amp check-amp-step``: the check named in ASCII (the plots have no CJK font), numbered as the table."""
     check = re.sub(r"^升级 (\d+).*", r"upgrade \1", row.check)
     check = re.sub(r"[^\x20-\x7e]+", " ", check).strip() or "check"
     return f"#{k} {row.notebook.removesuffix('.ipynb')} {check}"[:60]

@@ -183,8 +183,7 @@ def check_labels(released: nbformat.NotebookNode) -> list[str]:
 
 
 def step(sub: Submission) -> None:
-    """The notebook's first step: read the submission and build ``sub.plan``; nothing handed in or unreadable:
-    every check fails with the reason."""
+    """The notebook's first step: ``sub.plan``; nothing handed in or unreadable: every check fails with the reason."""
     if sub.item.path is None:
         return sub.unrun(check_labels(sub.released), "未提交")
     try:

@@ -201,8 +201,7 @@ def percent(passed: int, total: int) -> str:
 
 
 def feedback_names(learners: list[str]) -> dict[str, str]:
-    """learner -> the base name of their feedback files (``sec2__bob``): no ``/`` or ``..``, unique, in order;
-    the Markdown and HTML pages share it."""
+    """learner -> base name of their .md and .html feedback (``sec2__bob``): no ``/`` or ``..``, unique, in order."""
     used: set[str] = set()
     names = {}
     for learner in learners:

@@ -252,8 +252,7 @@ def scan(source: str) -> list[Flag]:
 
 
 def step(sub: Submission) -> None:
-    """The notebook step after the plan: the exercises the scan flagged go to review and run as their stubs
-    (``sub.stubbed``: index -> why), unless ``--run-flagged``."""
+    """Exercises the scan flagged go to review and run as stubs (``sub.stubbed``: index -> why) unless --run-flagged."""
     plan, grade = sub.plan, sub.grade
     for index, flags in plan.flags.items():
         text = "; ".join(str(f) for f in flags)

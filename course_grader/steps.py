@@ -39,9 +39,8 @@ __all__ = ["Submission", "NOTEBOOK_STEPS", "HOMEWORK_STEPS", "run_steps", "hooks
 
 @dataclass
 class Submission:
-    """One learner x notebook (or homework) while the steps run. ``settings``: ``options.steps``; ``scratch``: the
-    homework's private folder; ``check_extra``: label -> extra check columns; ``done``: skip the later steps;
-    ``final``: the row is complete as it stands."""
+    """One learner x notebook or homework while the steps run (``done``: above); ``settings``: ``options.steps``;
+    ``scratch``: the homework's folder; ``check_extra``: label -> its extra columns; ``final``: the row is complete."""
 
     item: Item
     grade: Grade

@@ -135,9 +135,8 @@ _CONN_ENTRIES = 64
 
 def box_command(limits: Limits, env: dict[str, str], argv: list[str], cgroup: Cgroup | None = None,
                 writable: list[Path] = (), *, sandbox: bool = True, info_fd: int | None = None, **mounts) -> list[str]:
-    """The command that runs ``argv`` in a sandbox: the launcher stub (``limits``, ``cgroup``), then bwrap with
-    ``env`` as the whole environment, ``writable`` and ``mounts`` (:func:`bwrap_args`) and, with ``info_fd``,
-    bwrap's inner pid written there; ``sandbox=False``: ``argv`` itself in ``env``, same limits."""
+    """The command that runs ``argv`` in a sandbox: the launcher stub (``limits``, ``cgroup``), then bwrap (mounts:
+    :func:`bwrap_args`; ``info_fd``: where it writes its inner pid); ``sandbox=False``: ``argv`` alone, same limits."""
     if not sandbox:
         return launcher_command(launch_config(limits, env, None), argv)
     info = ["--info-fd", str(info_fd)] if info_fd is not None else []
@@ -147,9 +146,8 @@ def box_command(limits: Limits, env: dict[str, str], argv: list[str], cgroup: Cg
 
 @dataclass
 class KernelBox(SandboxProcesses):
-    """One kernel run: a randomly named folder (mode 0700) in the grader's ``private_dir`` holding the kernel
-    spec, the connection folder (``ip``: socket path prefix) and, without the sandbox, the kernel's work, home and
-    tmp; and the processes of its sandbox (:meth:`started`, :meth:`cpu_seconds`, :meth:`end`)."""
+    """One kernel run's processes and a random folder (mode 0700) in the grader's ``private_dir`` holding the kernel
+    spec, the connection folder (``ip``: socket path prefix) and, without the sandbox, the kernel's work, home, tmp."""
 
     private_dir: Path
     limits: Limits = field(default_factory=Limits)
