@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from course_grader.hand_in import digest
 from course_grader.plan import cell_source, check_function, make_plan, read_notebook
-from course_grader.report import CheckOutcome, Grade, load_report, safe_field, write_rows
+from course_grader.report import Grade, load_report, safe_field, write_rows
 from course_grader.upgrades import upgrade_label
 from course_tools.checks.nb10_homework import UPGRADES
 
@@ -148,10 +148,6 @@ def step(sub: Submission) -> None:
     sub.done = sub.final = True
 
 
-def _verdict(check: CheckOutcome | None) -> str:
-    return "" if check is None else "1" if check.passed else "0"
-
-
 def _changed(old: Grade | None, new: Grade | None, label: str) -> str:
     """What differs in the two rows' stamps for ``label``, e.g. ``torch 2.4.0 -> 2.5.1; version 1a2b -> 3c4d``."""
     before, after = old.extra if old else {}, new.extra if new else {}
@@ -169,7 +165,7 @@ def diff_rows(old: dict[tuple[str, str], Grade], grades: list[Grade]) -> list[di
         before, after = old.get(key), new.get(key)
         checks = [{c.check: c for c in g.checks} if g else {} for g in (before, after)]
         for label in dict.fromkeys([*checks[0], *checks[1]]):
-            a, b = _verdict(checks[0].get(label)), _verdict(checks[1].get(label))
+            a, b = ("" if c is None else "1" if c.passed else "0" for c in (checks[0].get(label), checks[1].get(label)))
             if a != b:
                 rows.append({"learner": key[0], "notebook": key[1], "check": safe_field(label, 200), "old": a,
                              "new": b, "changed": _changed(before, after, label)})
