@@ -90,8 +90,7 @@ def _value(node: ast.AST) -> Any:
             if len(left) + len(right) > _MAX_STR:
                 raise LiteralError("答案里的字符串太长")
             return left + right
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right))
-        if numbers:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
             if isinstance(node.op, ast.Pow) and (abs(right) > 10_000 or abs(left) > 1e6):
                 raise LiteralError("答案里的乘方太大")
             try:

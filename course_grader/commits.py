@@ -270,8 +270,7 @@ def _bundle_head(refs: list[tuple[str, str]], home: Path, repo: Path) -> str:
 
 def _fetch_bundle(path: Path, home: Path, repo: Path) -> None:
     """A copy of the bundle ``path``, verified, fetched into ``repo``; its head ref becomes ``_HEAD_REF``."""
-    budget = [_MAX_COPY_BYTES, 1]
-    data = _read_regular(path, budget)
+    data = _read_regular(path, [_MAX_COPY_BYTES, 1])
     if data is None or not data.startswith(_BUNDLE_SIGNATURES):
         raise HistoryError(f"{path.name} 不是 git bundle (应由 git bundle create hw.bundle {_BRANCH} 生成)")
     bundle = home / "hw.bundle"

@@ -84,8 +84,7 @@ def _discipline(runner: _Runner, history: History | None) -> Discipline:
         if candidates and (history.head.sha, upgrade.number) in runner.memo:
             runner.memo.setdefault((candidates[-1].sha, upgrade.number), runner.memo[history.head.sha, upgrade.number])
     before = runner.runs
-    first = {u.number: runner.first_pass(u, candidates) for u in UPGRADES}
-    verdict = judge_discipline(history.commits, first)
+    verdict = judge_discipline(history.commits, {u.number: runner.first_pass(u, candidates) for u in UPGRADES})
     bound = len(UPGRADES) * (2 + math.ceil(math.log2(max(1, len(candidates)))))
     return Discipline(verdict.ok, verdict.column, [history.start_note, *verdict.notes,
                       f"按提交检查: {len(candidates)} 个改动作业的提交,运行检查 {runner.runs - before} 次(上限 {bound}),"

@@ -90,8 +90,7 @@ def private_prefix(pid: int) -> str:
 def private_dir() -> Path:
     """A fresh folder (mode 0700) for one grading run's boxes, after removing the folders and empty cgroups of
     killed graders (same owner, the pid in the name gone)."""
-    tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob("grade-*-*"):
+    for old in Path(tempfile.gettempdir()).glob("grade-*-*"):
         parts = old.name.split("-")
         if (parts[1].isdigit() and not alive(int(parts[1])) and not old.is_symlink() and old.is_dir()
                 and old.stat().st_uid == os.getuid()):
