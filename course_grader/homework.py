@@ -1,8 +1,6 @@
 """Grade the homework of ``10_homework``: a row per learner, a check row per upgrade, through
-:data:`~course_grader.steps.HOMEWORK_STEPS` in a scratch folder of its own.
-
-The score counts the upgrades whose check passes on the scripts handed in; ``--require-commits`` sets it to 0 for
-a history that fails the commit verdict (a plain folder has no history and is never penalised).
+:data:`~course_grader.steps.HOMEWORK_STEPS` in a scratch folder of its own. The score counts the upgrades whose
+check passes on the scripts handed in; ``--require-commits`` sets it to 0 for a history that fails the commit verdict.
 
 Example::
 
