@@ -112,7 +112,8 @@ def first_starts(runs: list[dict]) -> list[float]:
 
 
 def restart_times(jobs: list[dict]) -> list[float]:
-    """Seconds from each kill to the restarted process's first step (runs stored before cc7efc5: from its start)."""
+    """Seconds from each kill to the restarted process's first step (runs made before cc7efc5, kept in
+    preemption_one_epoch/ and preemption_two_epochs/: from the restarted process's start)."""
     return [s["first_step_s"] + s["start_s"] - k["killed_at_s"] if "start_s" in s else s["first_step_s"]
             for x in jobs for k, s in zip(x["starts"], x["starts"][1:]) if s["first_step_s"] is not None]
 

@@ -63,7 +63,7 @@ def plot(inputs: dict, rows: list[dict], curve: list[tuple[float, float]], path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*zip(*curve), label="expected E[T] (estimate_ckpt)")
+    ax.plot(*zip(*curve), label="expected E[T], first start included (estimate_ckpt)")
     ax.plot([row["tau_s"] for row in rows], [row["predicted_s"] for row in rows], "x", markersize=9,
             label="predicted: median of the seeds' replays")
     meds = [row["measured"]["median"] for row in rows]
