@@ -113,10 +113,9 @@ def _copy_head(item: Item, scratch: Path, notes: list[str]) -> Path | None:
 
 def unreadable(sub: Submission, exc: HistoryError) -> None:
     """The row of a hand-in that cannot be read: every upgrade failed with the reason, the later steps skipped."""
-    from course_grader.upgrades import upgrade_label
-    from course_tools.checks.nb10_homework import UPGRADES
+    from course_grader.upgrades import UPGRADE_LABELS
 
-    sub.unrun([upgrade_label(u) for u in UPGRADES], f"无法读取作业: {exc}")
+    sub.unrun(list(UPGRADE_LABELS), f"无法读取作业: {exc}")
     sub.grade.commits = "无法读取"
     sub.grade.notes.append(f"无法读取作业: {exc}")
 

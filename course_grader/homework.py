@@ -17,14 +17,14 @@ from typing import Any
 
 from course_grader.collect import Item
 from course_grader.commits import HOMEWORK
-from course_grader.report import CheckOutcome, Grade
+from course_grader.report import Grade
 from course_grader.sandbox import GiB, MiB, Limits
 from course_grader.similarity import PRO_REFERENCE, REFERENCE
 from course_grader.steps import HOMEWORK_STEPS, Submission, run_steps
-from course_grader.upgrades import upgrade_label
+from course_grader.upgrades import UPGRADE_LABELS
 from course_tools.checks.nb10_homework import TRAIN, UPGRADES
 
-__all__ = ["NOTEBOOK", "HOMEWORK", "HOMEWORK_LIMITS", "HomeworkSetup", "grade_homework", "failed_grade"]
+__all__ = ["NOTEBOOK", "HOMEWORK", "HOMEWORK_LIMITS", "HomeworkSetup", "grade_homework"]
 
 NOTEBOOK = "10_homework.ipynb"
 # One script run: torch maps ~3.4 GiB of address space, a tiny run stays under 1 GiB resident; a
@@ -65,12 +65,6 @@ class HomeworkSetup:
         return {other: files for other, files in found.items() if files}
 
 
-def failed_grade(item: Item, reason: str) -> Grade:
-    """The homework row of a learner whose grading hit a grader bug: every upgrade failed, the total kept."""
-    return Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=[reason],
-                 checks=[CheckOutcome(upgrade_label(u), False, reason) for u in UPGRADES])
-
-
 def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: Path,
                    settings: dict[str, Any] | None = None) -> Submission:
     """Grade one learner's homework (``item.form``/``item.path`` from the collector); never raises for a bad
@@ -80,7 +74,7 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
     if not sandbox:
         grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
     if item.path is None:
-        sub.unrun([upgrade_label(u) for u in UPGRADES], "未提交作业")
+        sub.unrun(list(UPGRADE_LABELS), "未提交作业")
         return sub
     sub.scratch = Path(tempfile.mkdtemp(prefix="hw", dir=private))
     try:

@@ -22,12 +22,13 @@ from course_tools.cells import CHECK, tagged
 from course_grader.answers import outside_check
 from course_grader.collect import Finding, Item, collect
 from course_grader.hand_in import read_scripts, texts
-from course_grader.homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, failed_grade, grade_homework
+from course_grader.homework import HOMEWORK_LIMITS, NOTEBOOK as HOMEWORK, HomeworkSetup, grade_homework
 from course_grader.kernel import clean_text
 from course_grader.plan import cell_source, check_labels, references
 from course_grader.report import CheckOutcome, Grade, Report, safe_field
 from course_grader.sandbox import Limits, SandboxUnavailable, check_available, private_dir, readonly_paths
 from course_grader.steps import NOTEBOOK_STEPS, Submission, hooks, run_steps
+from course_grader.upgrades import UPGRADE_LABELS
 
 if TYPE_CHECKING:
     import nbformat
@@ -194,13 +195,11 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
                 else:
                     grade = await grade_item(item, released[item.reference.name], options, private)
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
+                name = item.reference.name   # every check failed, the total kept
+                labels = check_labels(released[name]) if name in released else UPGRADE_LABELS
                 reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
-                if item.reference.name in released:     # every check failed, the total kept
-                    labels = check_labels(released[item.reference.name])
-                    grade = Grade(item.learner, item.reference.name, total=len(labels), notes=[reason],
-                                  checks=[CheckOutcome(label, False, "评分出错") for label in labels])
-                else:
-                    grade = failed_grade(item, reason)
+                grade = Grade(item.learner, name, total=len(labels), notes=[reason],
+                              checks=[CheckOutcome(label, False, "评分出错") for label in labels])
             grades.append(grade)
             if out:
                 out.add(grade)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from course_grader.homework import HomeworkSetup
     from course_grader.steps import Submission
 
-__all__ = ["HELP_TIMEOUT", "upgrade_label", "quiet_checks", "step"]
+__all__ = ["HELP_TIMEOUT", "upgrade_label", "UPGRADE_LABELS", "quiet_checks", "step"]
 
 HELP_TIMEOUT = 20.0  # seconds for a commit's train_cifar.py --help in the walk (it imports torch first)
 
@@ -43,6 +43,9 @@ HELP_TIMEOUT = 20.0  # seconds for a commit's train_cifar.py --help in the walk 
 def upgrade_label(upgrade: Upgrade) -> str:
     """The check column of one upgrade: ``升级 2: 完整检查点 + kill 后续训``."""
     return f"升级 {upgrade.number}: {upgrade.title}"
+
+
+UPGRADE_LABELS = tuple(upgrade_label(u) for u in UPGRADES)  # the homework row's check columns, in order
 
 
 class _Runner:
@@ -185,8 +188,6 @@ def step(sub: Submission) -> None:
     sub.scripts = texts(head)
     return None
 
-
-# ---------------------------------------------------------------- what the checks print, dropped per thread
 
 class _ThreadStdout(io.TextIOBase):
     """``sys.stdout`` while homework is graded: what the checks print in a grading thread is dropped."""
