@@ -29,6 +29,7 @@ from course_grader import kernel as grade_kernel, plan as grade_plan, report as 
 from course_grader.answers import LiteralError, OutsideCheck, literal_return, outside_check, score_outside
 from course_grader.collect import collect
 from course_grader.kernel import Budget, run_cells
+from course_grader.pipeline import _shard as pipeline_shard
 from course_grader.plan import UnreadableNotebook, read_notebook
 from course_grader.report import CheckOutcome, Grade, Report, load_report, merge_reports, safe_field
 from course_grader.scan import scan
@@ -333,7 +334,7 @@ def test_shards_partition_the_learners(tmp_path):
     for name in ("a", "b", "c", "d", "e"):
         _write(tmp_path / "class" / name, _ref())
     items, findings = collect([tmp_path / "class"], [FIXTURE / NAME])
-    parts = [grade._shard(items, findings, (k, 3))[0] for k in (1, 2, 3)]
+    parts = [pipeline_shard(items, findings, (k, 3))[0] for k in (1, 2, 3)]
     learners = [{i.learner for i in p} for p in parts]
     assert set().union(*learners) == {"a", "b", "c", "d", "e"} and sum(map(len, learners)) == 5
     assert learners == [{i.learner for i in grade._shard(items, findings, (k, 3))[0]} for k in (1, 2, 3)]
@@ -460,6 +461,45 @@ def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs, 
     assert honest.stop is None and [c.status for c in honest.cells.values()] == ["ok", "ok"], honest.cells
     assert honest.cells[0].seconds > 3, honest.cells[0]     # a 3 s wall-clock limit would have failed it
     assert loop.stop.status == "timeout" and loop.stop.ename == "KeyboardInterrupt", loop.stop   # CPU, not the backstop
+
+
+def test_a_grader_bug_fails_its_own_row_only_with_the_total_kept(tmp_path, monkeypatch):
+    """An exception while grading one row (a notebook, a homework) is that row: every check failed with "评分出错",
+    the reason in its notes, its total kept; the learner's other rows and the other learners' are graded."""
+    from types import SimpleNamespace
+
+    from course_grader import pipeline
+    from course_grader.upgrades import UPGRADE_LABELS
+
+    solutions = tmp_path / "solutions"
+    shutil.copytree(FIXTURE, solutions)
+    (solutions / "homework").mkdir()
+    for learner in ("ann", "ben"):
+        _write(tmp_path / "class" / learner, _ref())
+        (tmp_path / "class" / learner / "homework").mkdir()
+
+    async def notebook(item, released, options, private):
+        if (item.learner, item.reference.name) == ("ann", NAME):
+            raise RuntimeError("boom in a step")
+        return grade_report.Grade(item.learner, item.reference.name, 2, 2)
+
+    def homework(item, setup, **kw):
+        if item.learner == "ben":
+            raise KeyError("no such upgrade")
+        return SimpleNamespace(grade=grade_report.Grade(item.learner, "10_homework.ipynb", 5, 5), scripts={})
+    monkeypatch.setattr(pipeline, "grade_item", notebook)
+    monkeypatch.setattr(pipeline, "grade_homework", homework)
+    report = tmp_path / "out" / "grades.csv"
+    grades = grade.grade_all([tmp_path / "class"], solutions, grade.Options(sandbox=False), report, verbose=False)
+    rows = {(g.learner, g.notebook): g for g in grade_report.load_report(report)}
+    assert {k: (g.passed, g.total) for k, g in rows.items()} == {
+        ("ann", NAME): (0, 2), ("ann", NAME2): (2, 2), ("ann", "10_homework.ipynb"): (5, 5),
+        ("ben", NAME): (2, 2), ("ben", NAME2): (2, 2), ("ben", "10_homework.ipynb"): (0, 5)}
+    assert len(grades) == 6
+    for key, labels, reason in ((("ann", NAME), ["check-add", "check-square"], "评分出错: RuntimeError: boom in a step"),
+                                (("ben", "10_homework.ipynb"), list(UPGRADE_LABELS), "评分出错: KeyError: 'no such upgrade'")):
+        assert rows[key].notes == [reason]
+        assert [(c.check, c.passed, c.message) for c in rows[key].checks] == [(c, False, "评分出错") for c in labels]
 
 
 def test_no_sandbox_rows_say_so_and_resume_keeps_finished_rows(tmp_path):
