@@ -31,7 +31,6 @@ from pathlib import Path
 
 from course_tools.cputime import WALL_FACTOR
 from course_grader.pipeline import ROOT, Options, UnknownLearner, grade_all, grade_item
-from course_grader.pipeline import _shard  # noqa: F401 - the shard rule, tested here
 from course_grader.report import load_report, merge_reports, pass_rate_table, table
 from course_grader.steps import hooks
 from course_tools.release import AuthoringError
@@ -133,9 +132,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); the exit status: 2 when the sandbox cannot
-    start, a reference is malformed, shards cannot be merged, ``--only`` names an unknown learner or an export
-    cannot read its input."""
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); exit status 2 when the sandbox cannot start or
+    an input cannot be used (a malformed reference, overlapping shards, an unknown ``--only`` learner, ...)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["merge"]:
         return _merge(argv[1:])

@@ -115,8 +115,6 @@ def read_similar_pairs(path: Path) -> list[SimilarPair]:
             for r in read_rows(path, SIMILARITY_COLUMNS[:-1]) if r["flagged"] == "1"]   # an older file: no note
 
 
-# ---------------------------------------------------------------- the class statistics and their plots
-
 _MIN_LEARNERS = 3
 
 
@@ -210,8 +208,6 @@ def pass_rate_chart(rows: list[CheckRow]) -> str:
     ax.invert_yaxis()
     return figure_uri(fig)
 
-
-# ---------------------------------------------------------------- the pages
 
 def html_table(head: list[str], rows: list[list[str]], raw: frozenset[int] = frozenset()) -> str:
     """An HTML table; every cell escaped except the columns in ``raw`` (already HTML, built here)."""

@@ -218,8 +218,6 @@ async def run_cells(cells: list[tuple[int, str]], box: KernelBox, *, cell_timeou
         context.destroy(linger=0)
 
 
-# ---------------------------------------------------------------- the notebook's run step
-
 def _event(plan: Plan, stop: CellResult, options: Options) -> str:
     where = plan.label(stop.index)
     memory = f"{options.limits.memory / GiB:g} GiB"

@@ -82,8 +82,6 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-# ---------------------------------------------------------------- building the notebook to run
-
 def merge_exercises(released: nbformat.NotebookNode, submission: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
     """``released`` with the learner's exercise sources put in, matched by cell id, then by the functions they
     define, then by order (not found: the stub stays); (notebook, notes)."""

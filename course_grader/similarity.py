@@ -219,8 +219,6 @@ def summary(rows: list[SimilarityRow], limit: int = 20) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- the lines two flagged scripts share
-
 @dataclass(frozen=True)
 class Block:
     """One run of matching lines: (first line number, the lines as written) on each side."""
