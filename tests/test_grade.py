@@ -337,7 +337,7 @@ def test_shards_partition_the_learners(tmp_path):
     parts = [pipeline_shard(items, findings, (k, 3))[0] for k in (1, 2, 3)]
     learners = [{i.learner for i in p} for p in parts]
     assert set().union(*learners) == {"a", "b", "c", "d", "e"} and sum(map(len, learners)) == 5
-    assert learners == [{i.learner for i in grade._shard(items, findings, (k, 3))[0]} for k in (1, 2, 3)]
+    assert learners == [{i.learner for i in pipeline_shard(items, findings, (k, 3))[0]} for k in (1, 2, 3)]
 
 
 # ---------------------------------------------------------------- the sandbox
