@@ -69,10 +69,8 @@ def grade_homework(item: Item, setup: HomeworkSetup, *, sandbox: bool, private: 
                    settings: dict[str, Any] | None = None) -> Submission:
     """Grade one learner's homework (``item.form``/``item.path`` from the collector); never raises for a bad
     submission. ``settings``: the step modules' own (``Options.steps``)."""
-    grade = Grade(item.learner, NOTEBOOK, total=len(UPGRADES), notes=list(item.notes), review=list(item.review))
+    grade = Grade.fresh(item, len(UPGRADES), sandbox)   # item.reference: NOTEBOOK (the collector's homework row)
     sub = Submission(item, grade, private, sandbox, settings=settings or {}, setup=setup)
-    if not sandbox:
-        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
     if item.path is None:
         sub.unrun(list(UPGRADE_LABELS), "未提交作业")
         return sub

@@ -66,10 +66,7 @@ class Options:
 
 async def grade_item(item: Item, released: nbformat.NotebookNode, options: Options, private: Path) -> Grade:
     """Grade one learner x notebook; never raises for a bad submission."""
-    grade = Grade(item.learner, item.reference.name, total=len(check_labels(released)), notes=list(item.notes),
-                  review=list(item.review))
-    if not options.sandbox:
-        grade.notes.insert(0, "未沙箱运行(--no-sandbox)")
+    grade = Grade.fresh(item, len(check_labels(released)), options.sandbox)
     sub = Submission(item, grade, private, options.sandbox, options, options.steps, released=released)
     await run_steps(NOTEBOOK_STEPS, sub)
     return sub.finish()
@@ -197,9 +194,9 @@ async def _grade_items(items: list[Item], released: dict, options: Options, out:
             except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the others; the total stays
                 name = item.reference.name   # every check failed, the total kept
                 labels = check_labels(released[name]) if name in released else UPGRADE_LABELS
-                reason = f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}"
-                grade = Grade(item.learner, name, total=len(labels), notes=[reason],
-                              checks=[CheckOutcome(label, False, "评分出错") for label in labels])
+                grade = Grade.fresh(item, len(labels), options.sandbox)   # notes and review kept, as any row's
+                grade.notes.append(f"评分出错: {type(exc).__name__}: {clean_text(exc, 200)}")
+                grade.checks = [CheckOutcome(label, False, "评分出错") for label in labels]
             grades.append(grade)
             if out:
                 out.add(grade)

@@ -33,7 +33,7 @@ from course_tools.checks.nb10_homework import UPGRADES
 if TYPE_CHECKING:
     from course_grader.steps import Submission
 
-__all__ = ["ROW_COLUMNS", "CHECK_COLUMNS", "DIFF_COLUMNS", "add_arguments", "read_arguments", "read_old", "step",
+__all__ = ["ROW_COLUMNS", "CHECK_COLUMNS", "DIFF_COLUMNS", "add_arguments", "read_arguments", "step",
            "diff_rows", "finish"]
 
 ROW_COLUMNS = ("python", "torch", "submission", "grader")
@@ -57,12 +57,7 @@ def read_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
         parser.error("--regrade 需要 --report")
     if not args.regrade.is_file():
         parser.error(f"--regrade: 找不到 {args.regrade}")
-    return read_old(args.regrade)
-
-
-def read_old(path: Path) -> dict[tuple[str, str], Grade]:
-    """The rows of an earlier report (with their check rows and stamps), by (learner, notebook)."""
-    return {g.key: g for g in load_report(path)}
+    return {g.key: g for g in load_report(args.regrade)}   # with their check rows and stamps
 
 
 def _hash(*parts: str | bytes) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_grader.collect import Finding
+from course_grader.collect import Finding, Item
 from course_grader.kernel import clean_text
 
 __all__ = ["COLUMNS", "CHECK_COLUMNS", "FILE_COLUMNS", "CheckOutcome", "Grade", "safe_field", "row_columns",
@@ -61,6 +61,12 @@ class Grade:
     checks: list[CheckOutcome] = field(default_factory=list)
     commits: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, item: Item, total: int, sandbox: bool) -> Grade:
+        """The row ``item`` starts with: whether the sandbox was off, then the collector's notes and review."""
+        return cls(item.learner, item.reference.name, total=total, review=list(item.review),
+                   notes=([] if sandbox else ["未沙箱运行(--no-sandbox)"]) + list(item.notes))
 
     @property
     def score(self) -> float:

@@ -4,7 +4,8 @@ A script becomes shingle hashes (:func:`fingerprint`): its tokens without commen
 commas; strings ``S``, numbers ``N``, names ``V`` (keywords, operators and attribute names, the library's API,
 kept); every run of :data:`K` tokens hashed, minus the shingles of the released baseline. The score,
 ``shared / max(min(len(a), len(b)), MIN_PRINTS)``, stays high for a copy that adds code; the floor keeps a barely
-changed baseline from scoring 1.0. Pairs at or above :data:`THRESHOLD` are flagged.
+changed baseline from scoring 1.0. Pairs at or above :data:`THRESHOLD` are flagged, shown with the lines they
+share (:func:`matched_blocks`).
 
 :data:`THRESHOLD` was measured on ``tests/fixtures/similarity/`` (four independent implementations, four disguised
 copies): with K = 12 unrelated pairs score 0.009-0.17, disguised copies 0.81-1.0 (K = 8: 0.31 and 0.86, K = 20:

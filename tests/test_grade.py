@@ -465,7 +465,8 @@ def test_cell_limits_count_cpu_seconds_not_load(sandbox_ok, tmp_path, cpu_hogs, 
 
 def test_a_grader_bug_fails_its_own_row_only_with_the_total_kept(tmp_path, monkeypatch):
     """An exception while grading one row (a notebook, a homework) is that row: every check failed with "评分出错",
-    the reason in its notes, its total kept; the learner's other rows and the other learners' are graded."""
+    the reason after its other notes (the collector's, --no-sandbox's) and its review flags, its total kept; the
+    learner's other rows and the other learners' are graded."""
     from types import SimpleNamespace
 
     from course_grader import pipeline
@@ -475,8 +476,9 @@ def test_a_grader_bug_fails_its_own_row_only_with_the_total_kept(tmp_path, monke
     shutil.copytree(FIXTURE, solutions)
     (solutions / "homework").mkdir()
     for learner in ("ann", "ben"):
-        _write(tmp_path / "class" / learner, _ref())
+        _write(tmp_path / "class" / learner, _ref(), NAME if learner == "ben" else NAME.upper())   # ann's misnamed
         (tmp_path / "class" / learner / "homework").mkdir()
+    (tmp_path / "class" / "ben" / "hw.bundle").write_bytes(b"")   # a second hand-in: flagged for review
 
     async def notebook(item, released, options, private):
         if (item.learner, item.reference.name) == ("ann", NAME):
@@ -498,8 +500,9 @@ def test_a_grader_bug_fails_its_own_row_only_with_the_total_kept(tmp_path, monke
     assert len(grades) == 6
     for key, labels, reason in ((("ann", NAME), ["check-add", "check-square"], "评分出错: RuntimeError: boom in a step"),
                                 (("ben", "10_homework.ipynb"), list(UPGRADE_LABELS), "评分出错: KeyError: 'no such upgrade'")):
-        assert rows[key].notes == [reason]
+        assert rows[key].notes[0] == "未沙箱运行(--no-sandbox)" and rows[key].notes[-1] == reason
         assert [(c.check, c.passed, c.message) for c in rows[key].checks] == [(c, False, "评分出错") for c in labels]
+    assert "不规范" in " ".join(rows["ann", NAME].notes) and "不止一份" in " ".join(rows["ben", "10_homework.ipynb"].review)
 
 
 def test_no_sandbox_rows_say_so_and_resume_keeps_finished_rows(tmp_path):

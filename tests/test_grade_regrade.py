@@ -19,7 +19,7 @@ import pytest
 import course_grader as grade
 from course_grader import homework, kernel, regrade, upgrades
 from course_grader.collect import Item
-from course_grader.report import CheckOutcome
+from course_grader.report import CheckOutcome, load_report
 from course_tools.checks.nb10_homework import UPGRADES
 from course_tools.release import learner_notebook
 
@@ -65,7 +65,7 @@ def graded(first_grading: Path, tmp_path: Path) -> dict[str, Path]:
 
 
 def _regrade(graded: dict[str, Path], report: Path) -> list:
-    options = grade.Options(**OPTIONS, steps={"regrade": regrade.read_old(graded["report"])})
+    options = grade.Options(**OPTIONS, steps={"regrade": {g.key: g for g in load_report(graded["report"])}})
     return grade.grade_all([graded["class"]], graded["solutions"], options, report, verbose=False)
 
 
