@@ -441,6 +441,37 @@ def test_watch_judges_a_run_that_exits_between_two_polls(tmp_path):
     assert "KeyError: 'accuracy'" in info.value.found and "不崩溃" in info.value.expected
 
 
+def _racing_runs(tmp_path: Path, first_sleeps: float) -> list:
+    """Two real runs of one script that both fail: the first in order after ``first_sleeps`` s, the second at once."""
+    script = tmp_path / "train_cifar.py"
+    script.write_text("import sys, time\n"
+                      "if sys.argv[-1] == 'slow':\n"
+                      f"    time.sleep({first_sleeps})\n"
+                      "    sys.exit('error: the slow run failed')\n"
+                      "sys.exit('error: the fast run failed')\n", encoding="utf-8")
+    return [homework_runs.Run(script, ["slow"], tmp_path, "a", "慢的运行"),
+            homework_runs.Run(script, ["fast"], tmp_path, "b", "快的运行")]
+
+
+def test_side_by_side_runs_that_all_fail_report_the_first_in_order_not_the_first_to_end(tmp_path):
+    """The same failing script gives the same message at every grading: the runs get time to end, and the first
+    in the check's order is reported though the second failed sooner (before, whichever ended first was)."""
+    with pytest.raises(CheckFailed) as info:
+        homework_runs.run_all(_racing_runs(tmp_path, 1.5))
+    assert "慢的运行" in info.value.expected and "the slow run failed" in info.value.found, info.value
+
+
+def test_a_failure_waits_a_bounded_time_for_the_other_runs(tmp_path):
+    """A sibling that keeps running (here: sleeps 120 s) delays the verdict by at most ``_SETTLE`` s; then the run that
+    did fail is reported and the sibling is killed."""
+    start = time.monotonic()
+    runs = _racing_runs(tmp_path, 120)
+    with pytest.raises(CheckFailed) as info:
+        homework_runs.run_all(runs)
+    assert "快的运行" in info.value.expected and "the fast run failed" in info.value.found, info.value
+    assert time.monotonic() - start < homework_runs._SETTLE + 30 and runs[0].poll() is not None
+
+
 def test_the_reading_map_of_the_professional_script_points_at_real_sections():
     """10's last section maps each thing the professional script adds to "NN §k" of a notebook: each exists."""
     cells = nbformat.read(ROOT / "solutions" / "10_homework.ipynb", as_version=4).cells

@@ -2,8 +2,9 @@
 
 Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). A check starts each
 :class:`Run` through a :class:`Launcher` (``LOCAL``, or the grader's sandbox) with :func:`run_environ`, and
-:func:`watch` waits for all of them, stopping at the first error, a step past the limit, or ``CPU_LIMIT`` CPU
-seconds (limits in CPU time give the same verdict on a busy machine). When a script stops early, the failure
+:func:`watch` waits for all of them, stopping at an error (the first failed run in order is reported, so a
+regrading says the same), a step past the limit, or ``CPU_LIMIT`` CPU seconds (limits in CPU time give the same
+verdict on a busy machine). When a script stops early, the failure
 shows the script's own error (:func:`script_error`), not a consequence of it. Example::
 
     with scratch(None, "config") as tmp:
@@ -38,6 +39,7 @@ RECORDS = ".resume_doctor"  # the probe's records, inside the run's folder
 CPU_LIMIT = 60      # CPU seconds for one run of a script (a check's run takes a few); WALL_FACTOR x this in wall time
 _POLL = 0.05        # seconds between looks at the running scripts
 _CLOCK_EVERY = 0.5  # seconds between readings of their CPU clocks
+_SETTLE = 10.0      # seconds the other runs get to exit once one has failed (the first in order is reported)
 _TAIL = 6           # log lines shown when no error line can be recognised
 
 
@@ -272,15 +274,32 @@ def _over_time(run: Run, wall: bool) -> None:
          f"是不是没有在 --max-steps 处停下,或者用了完整的数据和模型?复现: {run.command()}")
 
 
+def _failed(run: Run, rc: int | None, ok: bool) -> bool:
+    return rc is not None and not run.killed_as_planned() and (rc != 0 if ok else run.crashed())
+
+
+def _first_failure(runs: list[Run], ok: bool) -> None:
+    """Fail with the first run, in ``runs``' order, that failed once every run has exited or ``_SETTLE`` s passed.
+
+    Why: runs that all fail at start-up (a flag the script rejects) end in whatever order the machine finishes
+    them; reporting the first to end made the message and its reproduce command change between two gradings."""
+    end = time.monotonic() + _SETTLE
+    while time.monotonic() < end and any(run.poll() is None for run in runs):
+        time.sleep(_POLL)
+    for run in runs:
+        if _failed(run, rc := run.poll(), ok):
+            _early_exit(run, rc, ok, runs)
+
+
 def watch(runs: list[Run], limit: int | None = None, ok: bool = True, resumed: bool = False,
            on_poll: Callable[[], None] | None = None) -> None:
     """Wait until every run has exited; ``on_poll()`` at each look may append runs to ``runs``.
 
     A run with ``kill_after`` that logs a later step while still alive is killed here (its script
-    steps no ``torch.optim`` optimizer: the fallback). Everything stops at the first run that
-    exits with an error (``ok``; the planned SIGKILL is not one), logs a step beyond ``limit``,
-    or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall time: limits in
-    CPU time give the same verdict on a busy machine.
+    steps no ``torch.optim`` optimizer: the fallback). Everything stops when a run exits with an
+    error (``ok``; the planned SIGKILL is not one; :func:`_first_failure` says which), logs a step
+    beyond ``limit``, or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall
+    time: limits in CPU time give the same verdict on a busy machine.
     """
     start = time.monotonic()
     next_clock = start + _CLOCK_EVERY
@@ -289,9 +308,9 @@ def watch(runs: list[Run], limit: int | None = None, ok: bool = True, resumed: b
             if on_poll is not None:
                 on_poll()
             codes = [run.poll() for run in runs]
+            if any(_failed(run, rc, ok) for run, rc in zip(runs, codes)):
+                _first_failure(runs, ok)
             for run, rc in zip(runs, codes):
-                if rc is not None and not run.killed_as_planned() and (rc != 0 if ok else run.crashed()):
-                    _early_exit(run, rc, ok, runs)
                 if limit is not None and run.max_step() > limit:
                     _too_many_steps(run, limit, resumed)
                 # past kill_after: the step hook never fired (a torch script is killed inside step kill_after,
