@@ -2,10 +2,10 @@
 
 Reference machinery of the homework checks (:mod:`course_tools.checks.nb10_homework`). A check starts each
 :class:`Run` through a :class:`Launcher` (``LOCAL``, or the grader's sandbox) with :func:`run_environ`, and
-:func:`watch` waits for all of them, stopping at an error (the first failed run in order is reported, so a
-regrading says the same), a step past the limit, or ``CPU_LIMIT`` CPU seconds (limits in CPU time give the same
-verdict on a busy machine). When a script stops early, the failure
-shows the script's own error (:func:`script_error`), not a consequence of it. Example::
+:func:`watch` waits for all of them, stopping at an error once the other runs have ended or ``_SETTLE`` s passed
+(the first failed run in order is reported, so a regrading says the same), at a step past the limit, or at
+``CPU_LIMIT`` CPU seconds (limits in CPU time give the same verdict on a busy machine). When a script stops
+early, the failure shows the script's own error (:func:`script_error`), not a consequence of it. Example::
 
     with scratch(None, "config") as tmp:
         runs = [Run(script, ["--seed", "1234", "--max-steps", "3"], tmp, "a", "--seed 1234 的运行")]
@@ -39,7 +39,7 @@ RECORDS = ".resume_doctor"  # the probe's records, inside the run's folder
 CPU_LIMIT = 60      # CPU seconds for one run of a script (a check's run takes a few); WALL_FACTOR x this in wall time
 _POLL = 0.05        # seconds between looks at the running scripts
 _CLOCK_EVERY = 0.5  # seconds between readings of their CPU clocks
-_SETTLE = 10.0      # seconds the other runs get to exit once one has failed (the first in order is reported)
+_SETTLE = 5.0       # seconds the other runs get to exit once one has failed (the first in order is reported)
 _TAIL = 6           # log lines shown when no error line can be recognised
 
 
@@ -279,7 +279,7 @@ def _failed(run: Run, rc: int | None, ok: bool) -> bool:
 
 
 def _first_failure(runs: list[Run], ok: bool) -> None:
-    """Fail with the first run, in ``runs``' order, that failed once every run has exited or ``_SETTLE`` s passed.
+    """Once every run has exited or ``_SETTLE`` s have passed, fail with the first run in ``runs``' order that failed.
 
     Why: runs that all fail at start-up (a flag the script rejects) end in whatever order the machine finishes
     them; reporting the first to end made the message and its reproduce command change between two gradings."""
@@ -297,9 +297,10 @@ def watch(runs: list[Run], limit: int | None = None, ok: bool = True, resumed: b
 
     A run with ``kill_after`` that logs a later step while still alive is killed here (its script
     steps no ``torch.optim`` optimizer: the fallback). Everything stops when a run exits with an
-    error (``ok``; the planned SIGKILL is not one; :func:`_first_failure` says which), logs a step
-    beyond ``limit``, or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall
-    time: limits in CPU time give the same verdict on a busy machine.
+    error (``ok``; the planned SIGKILL is not one; :func:`_first_failure` says which, and an error
+    seen in a look wins over a step past the limit in the same look), logs a step beyond ``limit``,
+    or runs past ``CPU_LIMIT`` CPU seconds or ``WALL_FACTOR`` times that in wall time: limits in CPU
+    time give the same verdict on a busy machine.
     """
     start = time.monotonic()
     next_clock = start + _CLOCK_EVERY
