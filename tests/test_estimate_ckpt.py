@@ -192,9 +192,11 @@ def test_script_refuses_auto_without_mtbf_and_mtbf_without_auto(flags, tmp_path)
 def test_script_saves_at_youngs_interval_from_its_measured_saves(tmp_path):
     from tests.support.pro_runs import TINY, run, train_losses
     out = tmp_path / "auto"
-    # M = 0.5 s: Young's interval of a ~10-100 ms save is well under a second, so time-based saves happen mid-epoch
+    # M = 2 ms: Young's interval of even a 200 ms save is under 30 ms, a few steps (an epoch of 15 steps takes
+    # about 0.2 s, AMD EPYC), so time-based saves happen mid-epoch. With M = 0.5 s it was 0.09 s for an 8 ms save
+    # and grows with the save's time: in one CI run on a busy machine no save fell inside an epoch.
     code, output = run(out, *TINY, "--epochs", "2", "--ckpt-every-steps", "0", "--ckpt-every-seconds", "auto",
-                       "--mtbf", "0.5", "--keep-last", "100", interpreter="forked")
+                       "--mtbf", "0.002", "--keep-last", "100", interpreter="forked")
     assert code == 0, output
     assert output.count("--ckpt-every-seconds auto:") == 1, output
     steps = sorted(int(p.name[5:13]) for p in (out / "checkpoints").glob("step_*.pt"))
