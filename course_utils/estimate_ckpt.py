@@ -143,8 +143,8 @@ def replay_wall_time(preemptions_s: Sequence[float], work_s: float, interval_s: 
     preemption); then segments of ``interval_s`` seconds of work and a save of ``save_s`` (the last segment may be
     shorter); a preemption loses the unsaved work and the start in progress. Why: ``expected_wall_time`` is the
     mean over Poisson schedules when ``interval_s`` divides ``work_s`` (a shorter last segment still pays a whole
-    save), with ``expected_segment_time(first_start_s, 0, M)`` added for the first start; a bench that kills real runs at known
-    times can predict each run, and the spread of a few of them, from this.
+    save), with ``expected_segment_time(first_start_s, 0, M)`` added for the first start; a bench that kills real
+    runs at known times can predict each run, and the spread of a few of them, from this.
     Pitfall: one job's time jumps when a preemption falls just before or just after a save; compare medians.
     Example: ``replay_wall_time([6.0], 10, 4, 1, 2)`` = 16.0: 10 s of work, 3 saves, one 2 s restart and the
     second lost since the save at 5 s.
